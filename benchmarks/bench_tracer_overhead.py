@@ -1,0 +1,96 @@
+"""Tracer overhead on the built-in engine: traced / untraced verify steps per second, same run.
+
+Two engines with the same weights, workload and batch size (8); one has the tracer attached
+(verify wrapper + fc pre-hook + publisher thread, with a subscriber process draining the
+stream). Rounds alternate between them so that machine noise hits both alike; the ratio is taken
+over the sum of all rounds. Target: >= 0.97.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import time
+
+import zmq
+
+from benchmarks.common import machine
+
+
+def _drain(endpoint: str, stop: mp.Event, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    sock = zmq.Context.instance().socket(zmq.SUB)
+    sock.connect(endpoint)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    n = 0
+    while not stop.is_set():
+        if sock.poll(100):
+            sock.recv()
+            n += 1
+    out.put(n)
+
+
+def run(batch: int = 8, rounds: int = 10, steps_per_round: int = 100) -> dict[str, float]:
+    from eagle3_top.hooks.attach import Tracer
+    from eagle3_top.hooks.toy.engine import ToyEagle3Engine
+    from eagle3_top.hooks.toy_tracing import attach_toy
+    from eagle3_top.tracer.events import SourceId
+    from eagle3_top.tracer.publisher import Publisher
+
+    plain = ToyEagle3Engine(batch_size=batch, seed=1)
+    traced = ToyEagle3Engine(batch_size=batch, seed=1)
+    pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="toy"))
+    attach_toy(traced, Tracer(pub))
+    ctx = mp.get_context("spawn")
+    stop, out = ctx.Event(), ctx.Queue()
+    sub = ctx.Process(target=_drain, args=(pub.bound_endpoint, stop, out), daemon=True)
+    sub.start()
+    time.sleep(1.0)
+    for eng in (plain, traced):  # warm-up: first batch prefill, allocator
+        eng.run(max_steps=20)
+    t_plain = t_traced = 0.0
+    n_plain = n_traced = 0
+    for r in range(rounds):
+        order = (plain, traced) if r % 2 == 0 else (traced, plain)
+        for eng in order:
+            t0 = time.perf_counter()
+            stats = eng.run(max_steps=steps_per_round)
+            dt = time.perf_counter() - t0
+            if eng is plain:
+                t_plain, n_plain = t_plain + dt, n_plain + steps_per_round
+            else:
+                t_traced, n_traced = t_traced + dt, n_traced + steps_per_round
+            del stats
+    pub.close()
+    stop.set()
+    received = out.get(timeout=10)
+    sub.join()
+    sps_plain, sps_traced = n_plain / t_plain, n_traced / t_traced
+    return {
+        "untraced_steps_per_s": sps_plain,
+        "traced_steps_per_s": sps_traced,
+        "ratio": sps_traced / sps_plain,
+        "events_received": received,
+        "events_dropped": pub.dropped,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=100)
+    ns = ap.parse_args(argv)
+    print(
+        f"# bench_tracer_overhead: toy engine, batch {ns.batch}, {ns.rounds} alternating rounds, on {machine()}"
+    )
+    r = run(ns.batch, ns.rounds, ns.steps)
+    print(f"  untraced   {r['untraced_steps_per_s']:8.1f} verify steps/s")
+    print(
+        f"  traced     {r['traced_steps_per_s']:8.1f} verify steps/s  ({r['events_received']} events received, {r['events_dropped']} dropped)"
+    )
+    print(f"  traced / untraced: {r['ratio']:.3f}  (target >= 0.97)")
+    return r
+
+
+if __name__ == "__main__":
+    main()

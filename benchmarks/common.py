@@ -1,0 +1,46 @@
+"""Shared helpers for benchmarks: realistic payloads and a best-of timer."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+@dataclass
+class StepArrays:
+    """One verify step as the tracer holds it on the host: batch x n draft tokens, root first."""
+
+    rids: list[str]
+    draft: np.ndarray
+    accepted: np.ndarray
+    tokens: np.ndarray
+
+
+def step_arrays(batch: int = 64, n: int = 16, seed: int = 0) -> StepArrays:
+    rng = np.random.default_rng(seed)
+    draft = rng.integers(1, 150_000, (batch, n))
+    accepted = rng.integers(0, n, batch).astype(np.int32)
+    bonus = rng.integers(1, 150_000, batch)
+    tokens = np.concatenate([np.append(draft[i, 1 : 1 + accepted[i]], bonus[i]) for i in range(batch)])
+    rids = [f"{int(x):016x}" for x in rng.integers(1 << 62, size=batch)]
+    return StepArrays(rids, draft, accepted, tokens)
+
+
+def best_of(fn: Callable[[], object], repeat: int = 5, number: int = 200) -> float:
+    """Best seconds per call over ``repeat`` rounds of ``number`` calls."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / number)
+    return best

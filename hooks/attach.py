@@ -1,0 +1,181 @@
+"""Engine-neutral tracing: what a verify wrapper and an aux hook hand to the publisher.
+
+Engine adapters (the built-in engine, SGLang) extract tensors at their read points and call
+``Tracer.record_step`` / ``Tracer.record_aux``. Those calls only start device-to-host copies and
+queue a deferred event; decoding tensors into columns happens on the publisher's sender thread.
+Every call is guarded: an exception is counted and reported in health events, and after
+``max_errors`` the tracer switches itself off, says so once in the log, and the engine goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+from eagle3_top.tracer.deferred import Deferred, HostCopy
+from eagle3_top.tracer.events import AUX, STEP, step_body
+from eagle3_top.tracer.fingerprint import fingerprint
+from eagle3_top.tracer.publisher import Publisher
+
+log = logging.getLogger("eagle3_top.hooks")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parents_from_retrieve(next_token: np.ndarray, next_sibling: np.ndarray) -> np.ndarray:
+    """Parent index of each node in a block, from SGLang's first-child / next-sibling links."""
+    bs, n = next_token.shape
+    parents = np.full((bs, n), -1, dtype=np.int32)
+    for b in range(bs):
+        stack = [0]
+        while stack:
+            node = stack.pop()
+            child = int(next_token[b, node])
+            while 0 <= child < n:
+                parents[b, child] = node
+                stack.append(child)
+                child = int(next_sibling[b, child])
+    return parents
+
+
+class DeferredStep(Deferred):
+    """A verify step's tensors, copied asynchronously; columns are cut on the sender thread."""
+
+    __slots__ = ("step", "rids", "topk", "dt", "_draft", "_accept_lens", "_next", "_retrieve")
+
+    def __init__(
+        self,
+        step: int,
+        rids: list[str],
+        topk: int,
+        dt: float,
+        draft: Any,
+        accept_lens: Any,
+        next_tokens: Any,
+        retrieve: tuple[Any, Any] | None,
+    ) -> None:
+        self.step, self.rids, self.topk, self.dt = step, rids, topk, dt
+        self._draft = HostCopy(draft)
+        self._accept_lens = HostCopy(accept_lens)
+        self._next = HostCopy(next_tokens)
+        self._retrieve = None if retrieve is None else (HostCopy(retrieve[0]), HostCopy(retrieve[1]))
+
+    def resolve(self) -> dict[str, Any]:
+        draft = self._draft.resolve()
+        bs = len(self.rids)
+        draft = draft.reshape(bs, -1)
+        n = draft.shape[1]
+        accept_lens = self._accept_lens.resolve().astype(np.int32).reshape(bs)
+        nxt = self._next.resolve().reshape(bs, n)
+        keep = np.arange(n)[None, :] < accept_lens[:, None]
+        parents = None
+        if self._retrieve is not None and self.topk > 1:
+            parents = parents_from_retrieve(
+                self._retrieve[0].resolve().reshape(bs, n), self._retrieve[1].resolve().reshape(bs, n)
+            )
+        return step_body(
+            step=self.step,
+            rids=self.rids,
+            draft=draft,
+            accepted=accept_lens - 1,
+            tokens=nxt[keep],
+            topk=self.topk,
+            parents=parents,
+            dt=self.dt,
+        )
+
+
+class Tracer:
+    """Feeds one publisher from an engine's hooks; never raises into the engine."""
+
+    def __init__(self, publisher: Publisher, *, aux_interval_s: float = 0.2, max_errors: int = 20) -> None:
+        self.publisher = publisher
+        self.aux_interval_s = aux_interval_s
+        self.max_errors = max_errors
+        self.enabled = True
+        self.steps = 0
+        self._next_aux = 0.0
+        self._slot_width: int | None = None
+
+    # -- guard -----------------------------------------------------------------------------------
+
+    def guarded(self, fn: F) -> F:
+        """Wrap a hook body: exceptions are counted, never propagated."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return None
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                self.hook_failed(exc)
+                return None
+
+        return wrapper  # type: ignore[return-value]
+
+    def hook_failed(self, exc: BaseException) -> None:
+        self.publisher.count_hook_error(exc)
+        if self.publisher.hook_errors >= self.max_errors and self.enabled:
+            self.enabled = False
+            self.publisher.disabled = True
+            log.error(
+                "eagle3-top: tracer disabled after %d hook errors (last: %s); the engine is unaffected",
+                self.publisher.hook_errors,
+                self.publisher.last_error,
+            )
+
+    # -- records ---------------------------------------------------------------------------------
+
+    def set_slot_width(self, width: int) -> None:
+        """The target's hidden size: aux slots are counted from what arrives, not from config."""
+        self._slot_width = width
+
+    def record_step(
+        self,
+        rids: Sequence[str],
+        draft: Any,
+        accept_lens: Any,
+        next_tokens: Any,
+        *,
+        topk: int = 1,
+        retrieve: tuple[Any, Any] | None = None,
+        dt: float = 0.0,
+    ) -> None:
+        """One verify step. ``accept_lens`` counts the bonus token (SGLang's convention)."""
+        if not rids:
+            return  # idle batch
+        step = self.steps
+        self.steps = step + 1
+        self.publisher.publish(
+            STEP, DeferredStep(step, list(rids), topk, dt, draft, accept_lens, next_tokens, retrieve)
+        )
+
+    def want_aux(self) -> bool:
+        now = time.monotonic()
+        if now < self._next_aux:
+            return False
+        self._next_aux = now + self.aux_interval_s
+        return True
+
+    def record_aux(self, hidden: Any, where: str = "fc_input") -> None:
+        """Fingerprint the aux states a draft consumed (call only when ``want_aux()`` said so)."""
+        width = self._slot_width or hidden.shape[-1]
+        fp = fingerprint(hidden, max(hidden.shape[-1] // width, 1))
+        self.publisher.publish(AUX, _AuxBody(self.steps, where, fp))
+
+
+class _AuxBody(Deferred):
+    __slots__ = ("step", "where", "fp")
+
+    def __init__(self, step: int, where: str, fp: Deferred) -> None:
+        self.step, self.where, self.fp = step, where, fp
+
+    def resolve(self) -> dict[str, Any]:
+        body = {"step": self.step, "where": self.where}
+        body.update(self.fp.resolve())
+        return body

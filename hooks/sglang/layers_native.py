@@ -1,0 +1,160 @@
+"""SGLang's per-architecture aux-layer rules, and reading what a live target model really holds.
+
+Canonical convention (DESIGN.md §4): "output of 0-based decoder block k; -1 is the embedding output".
+Every SGLang 0.5.17–0.5.23 target that implements ``set_eagle3_layers_to_capture`` captures at the
+*input* of layer i (= output of block i-1; the embedding output for i = 0), walking its layers once
+in ascending order. What differs per architecture is how the draft's ids become that native list:
+
+- llama-style (Llama and subclasses, Qwen2/3, Qwen MoE, GLM4-MoE, Gemma3/4, MiniMax, ...): ``id + 1``
+  for every id, list kept as given.
+- deepseek-style (``deepseek_v2`` — DeepSeek V2/V3, Kimi K2.x through ``kimi_k25`` — and
+  ``glm4_moe_lite``): ``+1`` only when the first id is exactly 1, otherwise used as given. Its
+  fixed-size packer makes a -1, a duplicate or an unreachable id fail at the first forward.
+- gpt-oss: ``+1`` unless ``max(ids) == num_layers`` (then ids are boundary indices, boundary n =
+  after the last block).
+
+No engine imports here (pure functions + attribute reads), so the lead can move this into
+``tracer/layers.py`` unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+LLAMA = "llama"
+DEEPSEEK = "deepseek"
+GPT_OSS = "gpt_oss"
+
+CONVENTIONS = {
+    LLAMA: "sglang llama-style: native = id + 1 (input of layer i), canonical = i - 1, ascending, once per layer",
+    DEEPSEEK: (
+        "sglang deepseek-style: native = id + 1 only if the first id is 1, else id as given; "
+        "canonical = i - 1, ascending, once per layer; fewer slots than ids fails at first forward"
+    ),
+    GPT_OSS: (
+        "sglang gpt-oss: native = id + 1 unless max(id) == n (boundary indices); "
+        "canonical = i - 1 (boundary n = output of the last block), ascending, once"
+    ),
+}
+
+_DEEPSEEK_MODULES = ("deepseek_v2", "kimi_k25", "glm4_moe_lite", "kimi_k25_eagle3")
+_DEEPSEEK_ARCHS = (
+    "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "KimiK25ForConditionalGeneration",
+    "Glm4MoeLiteForCausalLM",
+)
+
+
+def family_of(model: Any = None, arch: str | None = None) -> str:
+    """Which id rule applies: from the live model's class module, else the HF architecture name."""
+    if model is not None:
+        for cls in type(model).__mro__:
+            mod = getattr(cls, "__module__", "") or ""
+            leaf = mod.rsplit(".", 1)[-1]
+            if leaf in _DEEPSEEK_MODULES:
+                return DEEPSEEK
+            if leaf == "gpt_oss":
+                return GPT_OSS
+            if leaf in ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+                return LLAMA
+    if arch:
+        if arch in _DEEPSEEK_ARCHS or arch.startswith("Deepseek"):
+            return DEEPSEEK
+        if arch.startswith("GptOss"):
+            return GPT_OSS
+    return LLAMA
+
+
+def default_native(num_layers: int) -> list[int]:
+    """SGLang's default ``layers_to_capture`` when no ids were read: ``[2, n//2, n-3]``."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def native_from_ids(family: str, ids: Sequence[int] | None, num_layers: int) -> list[int]:
+    """What ``set_eagle3_layers_to_capture(ids)`` stores, per family (for offline checks)."""
+    if ids is None:
+        return default_native(num_layers)
+    ids = [int(v) for v in ids]
+    if family == DEEPSEEK:
+        return [v + 1 for v in ids] if ids and ids[0] == 1 else list(ids)
+    if family == GPT_OSS:
+        return list(ids) if ids and max(ids) == num_layers else [v + 1 for v in ids]
+    return [v + 1 for v in ids]
+
+
+def captured_native(family: str, native: Sequence[int], num_layers: int) -> list[int]:
+    """Native layers really captured, in slot order: ascending, once, inside the loop."""
+    top = num_layers if family == GPT_OSS else num_layers - 1
+    return sorted({int(i) for i in native if 0 <= int(i) <= top})
+
+
+def canonical_from_native(family: str, native: Sequence[int], num_layers: int) -> list[int]:
+    """Canonical ids of the slots the target really produces, in concatenation order."""
+    return [i - 1 for i in captured_native(family, native, num_layers)]
+
+
+def capture_failure(family: str, native: Sequence[int], num_layers: int) -> str | None:
+    """A note when the live capture list cannot fill the slots the target allocates."""
+    slots = len(captured_native(family, native, num_layers))
+    if family == DEEPSEEK and slots != len(native):
+        return f"deepseek-style packer expects {len(native)} captures, the loop produces {slots}: first forward fails"
+    return None
+
+
+# -- reading the live target ------------------------------------------------------------------------
+
+
+def _inner_models(model: Any) -> list[Any]:
+    """The module itself and the usual places the decoder stack sits (``model``, ``language_model``)."""
+    out: list[Any] = []
+    seen: set[int] = set()
+    stack = [model]
+    while stack and len(out) < 8:
+        m = stack.pop(0)
+        if m is None or id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append(m)
+        for name in ("model", "language_model", "text_model"):
+            sub = getattr(m, name, None)
+            if sub is not None and not isinstance(sub, (str, int, float)):
+                stack.append(sub)
+    return out
+
+
+def live_capture(model: Any) -> dict[str, Any]:
+    """What a live SGLang target holds: ``{"native", "source", "capture_aux"}``.
+
+    ``native`` is ``layers_to_capture`` as held (list order kept), or the indices of layers with an
+    ``_is_layer_to_capture`` flag (Qwen MoE, Qwen3-Next, Qwen3.5 style), or None when neither is found.
+    """
+    capture_aux = None
+    for m in _inner_models(model):
+        if capture_aux is None and hasattr(m, "capture_aux_hidden_states"):
+            capture_aux = bool(m.capture_aux_hidden_states)
+    for m in _inner_models(model):
+        ltc = getattr(m, "layers_to_capture", None)
+        if isinstance(ltc, (list, tuple)) and (ltc or hasattr(m, "layers")):
+            if ltc or not _flagged(m):
+                return {
+                    "native": [int(v) for v in ltc],
+                    "source": "layers_to_capture",
+                    "capture_aux": capture_aux,
+                }
+        flagged = _flagged(m)
+        if flagged:
+            return {"native": flagged, "source": "_is_layer_to_capture", "capture_aux": capture_aux}
+    return {"native": None, "source": None, "capture_aux": capture_aux}
+
+
+def _flagged(m: Any) -> list[int]:
+    layers = getattr(m, "layers", None)
+    if layers is None:
+        return []
+    try:
+        return [i for i, layer in enumerate(layers) if getattr(layer, "_is_layer_to_capture", False)]
+    except TypeError:
+        return []

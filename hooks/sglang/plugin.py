@@ -1,0 +1,284 @@
+"""SGLang plugin entry point (group ``sglang.srt.plugins``): ``register()``.
+
+SGLang's ``load_plugins()`` calls every general plugin with no arguments, in each process that
+loads plugins (scheduler processes — one per TP/PP rank — the engine/HTTP process, detokenizer, DP
+controller). ``register`` does nothing unless ``EAGLE3_TOP_PUBLISH`` is set. Otherwise it registers two
+AROUND hooks through SGLang's ``HookRegistry`` (applied by ``load_plugins`` right after):
+
+- ``Scheduler.__init__``: once the scheduler exists, its spec worker is live; we build the tracer,
+  bind the publisher and publish the hello (wiring report) from the live objects.
+- ``EAGLEWorkerV2.verify``: one step event per verify (``verify.py``).
+
+Only the scheduler process ever binds a socket: the publisher is created lazily, from those hooks.
+Only TP rank 0 publishes unless ``EAGLE3_TOP_ALL_RANKS=1`` (each rank binds port + rank).
+Anything that does not match the internals we know logs one line and leaves the server alone.
+
+Environment:
+- ``EAGLE3_TOP_PUBLISH``: endpoint to bind, e.g. ``tcp://127.0.0.1:5557``.
+- ``EAGLE3_TOP_ALL_RANKS=1``: every TP rank publishes (endpoint port + global rank).
+- ``EAGLE3_TOP_ALLOW_REMOTE=1``: allow a non-loopback bind address.
+- ``EAGLE3_TOP_AUX_INTERVAL``: seconds between aux fingerprints (default 0.2).
+- ``EAGLE3_TOP_FORCE=1``: try on an SGLang version outside the tested range.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+from typing import Any
+
+log = logging.getLogger("eagle3_top.hooks.sglang")
+
+ENV_PUBLISH = "EAGLE3_TOP_PUBLISH"
+ENV_ALL_RANKS = "EAGLE3_TOP_ALL_RANKS"
+ENV_ALLOW_REMOTE = "EAGLE3_TOP_ALLOW_REMOTE"
+ENV_AUX_INTERVAL = "EAGLE3_TOP_AUX_INTERVAL"
+ENV_FORCE = "EAGLE3_TOP_FORCE"
+
+SUPPORTED = ((0, 5, 17), (0, 5, 23))
+VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
+SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
+
+_state: dict[str, Any] = {
+    "registered": False,
+    "off": None,  # reason string once we decided to stay off in this process
+    "tracers": {},  # id(worker) -> Tracer | None
+    "publisher": None,
+    "tracer": None,
+}
+_lock = threading.Lock()
+
+
+def _one_line(msg: str) -> None:
+    """The single log line this plugin writes when it stays off."""
+    if _state["off"] is None:
+        _state["off"] = msg
+        log.warning("eagle3-top: %s; tracer off, the server is unaffected", msg)
+
+
+def parse_version(v: str | None) -> tuple[int, ...] | None:
+    if not v:
+        return None
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", v)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def version_supported(v: str | None) -> bool:
+    t = parse_version(v)
+    return t is not None and SUPPORTED[0] <= t <= SUPPORTED[1]
+
+
+def _in_function(*names: str) -> bool:
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in names:
+            return True
+        f = f.f_back
+    return False
+
+
+def check_internals() -> str | None:
+    """None when the classes/attributes we wrap exist; otherwise what is missing."""
+    import pkgutil
+
+    for target in (VERIFY_TARGET, SCHEDULER_INIT_TARGET):
+        owner, attr = target.rsplit(".", 1)
+        try:
+            obj = pkgutil.resolve_name(owner)
+        except Exception as exc:
+            return f"cannot import {owner} ({type(exc).__name__}: {exc})"
+        if not callable(getattr(obj, attr, None)):
+            return f"{owner} has no {attr}"
+    return None
+
+
+def register() -> None:
+    """Zero-argument entry point called by SGLang's ``load_plugins()``. Never raises."""
+    try:
+        _register()
+    except Exception as exc:  # never break the server
+        _one_line(f"plugin registration failed: {type(exc).__name__}: {exc}")
+
+
+def _register() -> None:
+    if not os.environ.get(ENV_PUBLISH) or _state["registered"]:
+        return
+    if _in_function("run_detokenizer_process"):
+        return  # no spec worker in the detokenizer: don't import the scheduler there
+    import sglang
+
+    version = getattr(sglang, "__version__", None)
+    if not version_supported(version) and os.environ.get(ENV_FORCE) != "1":
+        _one_line(
+            f"SGLang {version} is outside the tested range "
+            f"{'.'.join(map(str, SUPPORTED[0]))}-{'.'.join(map(str, SUPPORTED[1]))} (set {ENV_FORCE}=1 to try)"
+        )
+        return
+    missing = check_internals()
+    if missing is not None:
+        _one_line(f"SGLang {version} internals differ: {missing}")
+        return
+    from .verify import make_around_verify
+
+    around_verify = make_around_verify(tracer_for_worker)
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError:
+        HookRegistry = None
+    if HookRegistry is not None:
+        HookRegistry.register(VERIFY_TARGET, around_verify, HookType.AROUND)
+        HookRegistry.register(SCHEDULER_INIT_TARGET, _around_scheduler_init, HookType.AROUND)
+    else:  # no registry: patch the class attributes ourselves
+        _patch(VERIFY_TARGET, around_verify)
+        _patch(SCHEDULER_INIT_TARGET, _around_scheduler_init)
+    _state["registered"] = True
+
+
+def _patch(target: str, around: Any) -> None:
+    import functools
+    import pkgutil
+
+    owner_path, attr = target.rsplit(".", 1)
+    owner = pkgutil.resolve_name(owner_path)
+    original = getattr(owner, attr)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return around(original, *args, **kwargs)
+
+    wrapper.__wrapped__ = original
+    setattr(owner, attr, wrapper)
+
+
+# -- scheduler side -----------------------------------------------------------------------------------
+
+
+def _around_scheduler_init(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+    result = original(self, *args, **kwargs)
+    try:
+        worker = getattr(self, "draft_worker", None)
+        if worker is not None and hasattr(worker, "target_worker") and hasattr(worker, "verify"):
+            tracer_for_worker(worker)
+    except Exception as exc:
+        _one_line(f"startup wiring failed: {type(exc).__name__}: {exc}")
+    return result
+
+
+def ranks() -> dict[str, int]:
+    """TP/PP placement of this scheduler process (0/1 when unknown)."""
+    out = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0}
+    try:
+        from sglang.srt.distributed import (
+            get_tensor_model_parallel_rank,
+            get_tensor_model_parallel_world_size,
+        )
+
+        out["tp_rank"] = int(get_tensor_model_parallel_rank())
+        out["tp_size"] = int(get_tensor_model_parallel_world_size())
+    except Exception:
+        pass
+    try:
+        from sglang.srt.distributed import get_pipeline_model_parallel_rank
+
+        out["pp_rank"] = int(get_pipeline_model_parallel_rank())
+    except Exception:
+        pass
+    return out
+
+
+def endpoint_for_rank(endpoint: str, rank: int) -> str:
+    """``tcp://host:5557`` + rank 2 -> ``tcp://host:5559``; ipc endpoints get a ``.rN`` suffix."""
+    if rank == 0:
+        return endpoint
+    m = re.match(r"^(tcp://.*):(\d+)$", endpoint)
+    if m:
+        return f"{m.group(1)}:{int(m.group(2)) + rank}"
+    return f"{endpoint}.r{rank}"
+
+
+def tracer_for_worker(worker: Any) -> Any:
+    """The tracer for this spec worker, created on first use (hello published); None = not us."""
+    key = id(worker)
+    tracers = _state["tracers"]
+    if key in tracers:
+        return tracers[key]
+    with _lock:
+        if key in tracers:
+            return tracers[key]
+        tracers[key] = None
+        if _state["off"] is not None:
+            return None
+        try:
+            tracers[key] = _start(worker)
+        except Exception as exc:
+            _one_line(f"startup failed: {type(exc).__name__}: {exc}")
+            tracers[key] = None
+        return tracers[key]
+
+
+def _start(worker: Any) -> Any:
+    endpoint = os.environ.get(ENV_PUBLISH)
+    if not endpoint:
+        return None
+    r = ranks()
+    all_ranks = os.environ.get(ENV_ALL_RANKS) == "1"
+    global_rank = r["tp_rank"] + r["pp_rank"] * r["tp_size"]
+    if not all_ranks and global_rank != 0:
+        return None
+    if _state["tracer"] is not None:  # a second spec worker in one process: share the source
+        tracer = _state["tracer"]
+    else:
+        from eagle3_top.hooks.attach import Tracer
+        from eagle3_top.tracer.events import SourceId
+        from eagle3_top.tracer.publisher import Publisher
+
+        ep = endpoint_for_rank(endpoint, global_rank) if all_ranks else endpoint
+        publisher = Publisher(
+            ep,
+            SourceId.local(rank=global_rank, engine="sglang"),
+            allow_remote=os.environ.get(ENV_ALLOW_REMOTE) == "1",
+        )
+        tracer = Tracer(publisher, aux_interval_s=float(os.environ.get(ENV_AUX_INTERVAL, "0.2")))
+        _state["publisher"], _state["tracer"] = publisher, tracer
+        log.info("eagle3-top: publishing on %s (rank %d)", publisher.bound_endpoint, global_rank)
+    from .wiring import wiring_from_worker
+
+    try:
+        hello = wiring_from_worker(worker, tp_rank=r["tp_rank"], tp_size=r["tp_size"])
+    except Exception as exc:  # steps still flow; the hello says what could not be read
+        log.warning("eagle3-top: wiring report incomplete: %s: %s", type(exc).__name__, exc)
+        hello = minimal_hello(r, f"{type(exc).__name__}: {exc}")
+    hidden = hello["model"].get("hidden_size")
+    if isinstance(hidden, int) and hidden > 0:
+        tracer.set_slot_width(hidden)
+    tracer.publisher.set_hello(hello)
+    return tracer
+
+
+def minimal_hello(r: dict[str, int], error: str) -> dict[str, Any]:
+    try:
+        import sglang
+
+        version = getattr(sglang, "__version__", None)
+    except Exception:
+        version = None
+    return {
+        "engine": {"name": "sglang", "version": version},
+        "model": {},
+        "tp": {"rank": r["tp_rank"], "size": r["tp_size"]},
+        "spec": None,
+        "vocab": None,
+        "aux": None,
+        "wiring_error": error[:300],
+    }
+
+
+def _reset_for_tests() -> None:
+    """Close the publisher and forget every worker (tests only)."""
+    pub = _state.get("publisher")
+    if pub is not None:
+        pub.close()
+    _state.update(registered=False, off=None, tracers={}, publisher=None, tracer=None)

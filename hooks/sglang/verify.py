@@ -1,0 +1,110 @@
+"""The wrapper around ``EAGLEWorkerV2.verify``: one step event (and a sampled aux event) per verify.
+
+After the original returns, everything for one verify step is on the device together (reference
+§1.6): rids in row order (``batch.reqs[i].rid``), the proposed tree (``batch.spec_info``, the
+``EagleVerifyInput``), ``accept_lens`` (drafts + bonus), the committed ``next_token_ids`` and the aux
+states the draft consumes next (``logits_output.hidden_states``). We only hand tensors to
+``Tracer.record_step`` / ``record_aux``, which start non-blocking copies; nothing here synchronises
+the device (no ``.item()``, ``.tolist()``, ``.cpu()``, boolean masks).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from eagle3_top.hooks.attach import Tracer
+
+# Attributes the wrapper reads; checked once against the live objects (plugin.check_internals).
+VERIFY_INPUT_ATTRS = (
+    "draft_token",
+    "topk",
+    "draft_token_num",
+    "retrieve_next_token",
+    "retrieve_next_sibling",
+)
+RESULT_ATTRS = ("accept_lens", "next_token_ids", "logits_output")
+
+
+def _capturing() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:
+        return False
+
+
+def _is_idle(batch: Any) -> bool:
+    fm = getattr(batch, "forward_mode", None)
+    try:
+        return bool(fm is not None and fm.is_idle())
+    except Exception:
+        return False
+
+
+def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0) -> bool:
+    """Hand one verify step to the tracer. Returns False when the step was skipped.
+
+    Call inside ``tracer.guarded`` (``make_after_verify`` does).
+    """
+    if result is None or _capturing():
+        return False
+    si = getattr(batch, "spec_info", None)
+    reqs = getattr(batch, "reqs", None)
+    if si is None or not reqs or _is_idle(batch):
+        return False
+    draft = getattr(si, "draft_token", None)
+    accept_lens = getattr(result, "accept_lens", None)
+    next_tokens = getattr(result, "next_token_ids", None)
+    if draft is None or accept_lens is None or next_tokens is None:
+        return False
+    bs = len(reqs)
+    n = int(getattr(si, "draft_token_num", 0) or 0)
+    # shapes are host-side metadata: reading them does not touch the device
+    if n <= 0 or draft.numel() != bs * n or accept_lens.numel() != bs or next_tokens.numel() != bs * n:
+        return False  # a layout we do not know (padded batch, adaptive width): skip, do not guess
+    rids = [str(r.rid) for r in reqs]
+    topk = int(getattr(si, "topk", 1) or 1)
+    retrieve = (si.retrieve_next_token, si.retrieve_next_sibling) if topk > 1 else None
+    tracer.record_step(rids, draft, accept_lens, next_tokens, topk=topk, retrieve=retrieve, dt=dt)
+    lo = getattr(result, "logits_output", None)
+    hidden = getattr(lo, "hidden_states", None) if lo is not None else None
+    if (
+        hidden is not None
+        and getattr(hidden, "dim", lambda: 0)() == 2
+        and hidden.shape[0] > 0
+        and tracer.want_aux()
+    ):
+        tracer.record_aux(hidden, where="verify_aux")
+    return True
+
+
+def make_around_verify(get_tracer: Callable[[Any], Tracer | None]) -> Callable[..., Any]:
+    """An AROUND hook ``fn(original, self, batch, *args, **kwargs)`` for HookRegistry.
+
+    ``get_tracer(worker)`` returns the tracer for this worker, or None when this process/rank does
+    not publish (it must be cheap after the first call).
+    """
+
+    def around_verify(original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        result = original(self, batch, *args, **kwargs)
+        try:
+            tracer = get_tracer(self)
+        except Exception:
+            tracer = None
+        if tracer is not None and tracer.enabled:
+            _after(tracer, batch, result, time.perf_counter() - t0)
+        return result
+
+    return around_verify
+
+
+def _after(tracer: Tracer, batch: Any, result: Any, dt: float) -> None:
+    guarded = getattr(tracer, "_e3t_after_verify", None)
+    if guarded is None:
+        guarded = tracer.guarded(record_verify)
+        tracer._e3t_after_verify = guarded
+    guarded(tracer, batch, result, dt)

@@ -1,0 +1,27 @@
+"""Where the bundled toy weights live."""
+
+from __future__ import annotations
+
+import os
+
+WEIGHTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
+
+
+def weights_dir() -> str:
+    return WEIGHTS_DIR
+
+
+def target_dir() -> str:
+    """The toy target (``LlamaForCausalLM``-like, 8 layers, hidden 128)."""
+    return os.path.join(WEIGHTS_DIR, "target")
+
+
+def draft_dir() -> str:
+    """The correct draft: ids ``[-1, 2, 5]`` nested under ``eagle_config`` (SGLang reads them)."""
+    return os.path.join(WEIGHTS_DIR, "draft")
+
+
+def draft_ids_not_read_dir() -> str:
+    """Same draft weights, ids at the config's top level only: SGLang ignores them and the target
+    captures its defaults ``[2, 4, 5]`` native = canonical ``[1, 3, 4]`` (the motivating bug)."""
+    return os.path.join(WEIGHTS_DIR, "draft-ids-not-read")

@@ -1,0 +1,111 @@
+"""``eagle3-top toy``: run the built-in EAGLE-3 engine with the tracer attached, no UI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+from eagle3_top.tracer.events import SourceId
+from eagle3_top.tracer.publisher import EndpointError, Publisher
+
+from .attach import Tracer
+from .toy.spec_args import add_toy_arguments, engine_from_args
+from .toy_tracing import attach_toy
+
+
+def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Run the built-in EAGLE-3 engine and publish its trace."
+    )
+    p.add_argument("--publish", metavar="ENDPOINT", help="ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:5557")
+    p.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
+    p.add_argument("--show-paths", action="store_true", help="print the bundled model directories and exit")
+    p.add_argument("--max-steps-per-s", type=float, default=None, help="throttle verify steps (demo pacing)")
+    p.add_argument("--rank", type=int, default=0, help="engine rank reported in the source id")
+    add_toy_arguments(p)
+    return p
+
+
+def show_paths() -> None:
+    from .toy import paths
+
+    print(
+        json.dumps(
+            {
+                "target": paths.target_dir(),
+                "draft": paths.draft_dir(),
+                "draft_ids_not_read": paths.draft_ids_not_read_dir(),
+            },
+            indent=2,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv and argv[0] == "gen-data":
+        from .toy.gendata import main as gendata_main
+
+        return gendata_main(argv[1:])
+    ns = build_parser().parse_args(argv)
+    if ns.show_paths:
+        show_paths()
+        return 0
+    try:
+        engine = engine_from_args(ns)
+    except (ValueError, OSError) as exc:
+        print(f"eagle3-top toy: {exc}", file=sys.stderr)
+        return 2
+    publisher = None
+    if ns.publish:
+        try:
+            publisher = Publisher(
+                ns.publish, SourceId.local(rank=ns.rank, engine="toy"), allow_remote=ns.allow_remote
+            )
+        except (EndpointError, Exception) as exc:
+            print(f"eagle3-top toy: cannot publish on {ns.publish}: {exc}", file=sys.stderr)
+            return 2
+        attach_toy(engine, Tracer(publisher))
+        print(f"eagle3-top toy: publishing on {publisher.bound_endpoint}", file=sys.stderr, flush=True)
+
+    stop = False
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    period = 1.0 / ns.max_steps_per_s if ns.max_steps_per_s else 0.0
+    next_t = time.perf_counter()
+
+    def on_step(_engine: Any, _result: Any) -> None:
+        nonlocal next_t
+        if stop:
+            raise KeyboardInterrupt
+        if period:
+            next_t += period
+            delay = next_t - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_t = time.perf_counter()
+
+    try:
+        summary = engine.run(max_steps=ns.max_steps, on_step=on_step)
+    except KeyboardInterrupt:
+        summary = {"mean_accept_length": engine.mean_accept_length(), **engine.stats}
+    finally:
+        if publisher is not None:
+            publisher.close()
+    print(
+        "eagle3-top toy: {verify_steps} verify steps, mean accept length {mal:.3f}".format(
+            verify_steps=summary.get("verify_steps"), mal=summary.get("mean_accept_length", float("nan"))
+        ),
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import zmq
+from eagle3_top.tracer.events import Event, SourceId
+from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.subscriber import Subscriber
+
+
+@pytest.fixture
+def publisher() -> Iterator[Publisher]:
+    pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="test"), hello_interval_s=0.5)
+    yield pub
+    pub.close()
+
+
+def wait_connected(sub: Subscriber, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sub.poll(20)
+        if all(state == "connected" for state in sub.endpoints.values()):
+            time.sleep(0.1)  # the subscription itself travels after the TCP connect
+            return
+    raise AssertionError(f"not connected: {sub.endpoints}")
+
+
+def collect(sub: Subscriber, until: Callable[[list[Event]], bool], timeout: float = 5.0) -> list[Event]:
+    got: list[Event] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not until(got):
+        got.extend(sub.poll(50))
+    return got
+
+
+@pytest.fixture
+def raw_pub() -> Iterator[tuple[zmq.Socket, str]]:
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind("tcp://127.0.0.1:0")
+    yield sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    sock.close()

@@ -1,0 +1,217 @@
+"""SGLang's real classes on a CPU-only machine (DESIGN.md §8), for the sglang tests only.
+
+SGLang imports GPU-only packages at module level (triton, sgl_kernel, flashinfer, ...). Nothing
+here runs their code; it only has to import. ``install_standins()`` puts a meta-path finder first
+on ``sys.meta_path`` that serves a stand-in module for each of them: every attribute looked up
+returns the same stand-in class (callable, subscriptable, usable as a base class or decorator),
+except ``triton.runtime.driver.active``, which raises so SGLang decides there is no Triton device
+and falls back to CPU. torchaudio / torchcodec are left alone.
+
+This module never runs at import time of the test suite: the sglang tests call it inside a
+subprocess (``run_in_sglang_subprocess``) or a fixture, so the stand-ins cannot leak into other
+tests' ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from typing import Any
+
+STANDIN_ROOTS = (
+    "triton",
+    "sgl_kernel",
+    "sglang_kernel",
+    "flashinfer",
+    "deep_gemm",
+    "deep_ep",
+    "flash_mla",
+    "flash_attn",
+    "tilelang",
+    "cutlass",
+    "quack",
+    "humming",
+    "nvshmem",
+    "vllm",
+    "xformers",
+    "cuda",
+    "torchvision",
+)
+
+
+class _StandInMeta(type):
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return cls
+
+    def __getitem__(cls, item: Any) -> Any:
+        return cls
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        # used as a decorator (``@triton.jit``, ``@triton.autotune(...)``): hand back the function
+        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], type):
+            return args[0]
+        return cls
+
+    def __iter__(cls):  # ``for x in standin`` -> empty
+        return iter(())
+
+    def __bool__(cls) -> bool:
+        return False
+
+    def __or__(cls, other: Any) -> Any:  # type annotations like ``standin | None``
+        return cls
+
+    __ror__ = __or__
+
+    def __mro_entries__(cls, bases: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (object,)
+
+
+class StandIn(metaclass=_StandInMeta):
+    """What every attribute of a stand-in module resolves to."""
+
+
+class _Driver:
+    @property
+    def active(self) -> Any:
+        raise RuntimeError("no triton device (CPU stand-in)")
+
+    def __getattr__(self, name: str) -> Any:
+        return StandIn
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        if self.__name__ == "triton.runtime" and name == "driver":
+            return _DRIVER
+        return StandIn
+
+
+_DRIVER = _Driver()
+
+
+class _Loader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        mod = _StandInModule(spec.name)
+        mod.__path__ = []  # a package: submodules come from this finder too
+        mod.__version__ = "0.0.0"  # type: ignore[attr-defined]
+        return mod
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        if module.__name__ == "triton.runtime":
+            module.driver = _DRIVER  # type: ignore[attr-defined]
+        elif module.__name__ == "triton":
+            import importlib
+
+            module.runtime = importlib.import_module("triton.runtime")  # type: ignore[attr-defined]
+
+
+class StandInFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname.split(".", 1)[0] in STANDIN_ROOTS:
+            return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
+        return None
+
+
+def _settle_torch_without_triton() -> None:
+    """Let torch decide, before the stand-ins exist, that there is no Triton.
+
+    torch caches ``has_triton_package()`` and its inductor picks Triton fallbacks at import time;
+    doing both first keeps ``@torch.compile`` decorators in SGLang's modules from wiring the
+    stand-in ``triton`` into inductor.
+    """
+    import torch  # noqa: F401
+    from torch.utils import _triton
+
+    _triton.has_triton_package()
+    _triton.has_triton()
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def install_standins() -> StandInFinder:
+    """Put the stand-in finder first on sys.meta_path (idempotent)."""
+    for f in sys.meta_path:
+        if isinstance(f, StandInFinder):
+            return f
+    _settle_torch_without_triton()
+    finder = StandInFinder()
+    sys.meta_path.insert(0, finder)
+    os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
+    return finder
+
+
+def init_single_process_group() -> None:
+    """World of one on gloo, SGLang's parallel context published (DESIGN.md §8).
+
+    The context is published first: ``reset_context()`` would wipe the WORLD group that
+    ``init_distributed_environment`` writes into it.
+    """
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
+    import torch.distributed as dist
+    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+
+    if dist.is_initialized():
+        return
+    _publish_context()
+    init_distributed_environment(
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        backend="gloo",
+        distributed_init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
+    )
+    initialize_model_parallel(backend="gloo")
+
+
+def _publish_context() -> None:
+    from sglang.srt.server_args import ServerArgs
+
+    try:
+        from sglang.srt import runtime_context as rc
+    except ImportError:  # older SGLang: no runtime context to publish
+        return
+    rc.reset_context()
+    rc.publish(ServerArgs(model_path="dummy", device="cpu"), role="test", ranks=rc.SpawnRanks(world_rank=0))
+
+
+# -- subprocess isolation ---------------------------------------------------------------------------
+
+PRELUDE = """
+import sys
+sys.path.insert(0, {tests_dir!r})
+import sglang_cpu
+sglang_cpu.install_standins()
+"""
+
+
+def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    """Run ``body`` in a fresh interpreter with the stand-ins installed; return its stdout.
+
+    Raises AssertionError with the child's stderr when it exits non-zero.
+    """
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    code = PRELUDE.format(tests_dir=tests_dir) + textwrap.dedent(body)
+    full_env = dict(os.environ)
+    full_env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"sglang subprocess failed (rc={proc.returncode})\n--- stdout\n{proc.stdout[-4000:]}"
+            f"\n--- stderr\n{proc.stderr[-8000:]}"
+        )
+    return proc.stdout

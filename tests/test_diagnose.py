@@ -1,0 +1,230 @@
+"""Each finding code fires for a real cause and stays quiet when healthy (hello-level and statistics)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from eagle3_top.tracer.diagnose import (
+    MIN_AUX_ROWS,
+    SourceEvidence,
+    diagnose,
+    has_errors,
+)
+from eagle3_top.tracer.events import AUX, HELLO, STEP, Event, step_body
+from eagle3_top.tracer.manifest import Manifest
+
+REF_RMS = [0.06, 4.0, 15.0]
+RNG = np.random.default_rng(11)
+REF_SKETCH = RNG.standard_normal((3, 16)).tolist()
+
+
+def _manifest(**over) -> Manifest:
+    data = {
+        "eagle3_top_manifest": 1,
+        "target": {"arch": "LlamaForCausalLM", "num_layers": 8, "hidden_size": 128},
+        "draft": {"arch": "LlamaForCausalLMEagle3", "draft_vocab_size": 192},
+        "aux": {"layer_ids": [-1, 2, 5], "concat_order": [-1, 2, 5], "slots": 3, "slot_width": 128},
+        "reference": {"fingerprint": {"rms": REF_RMS, "mean": [0.0, 0.1, 0.2], "sketch": REF_SKETCH}},
+        "training": {"acc": [0.8, 0.75, 0.7]},
+        "vocab": {
+            "size": 192,
+            "min_target": 0,
+            "max_target": 255,
+            "unique_targets": 192,
+            "all_zero": False,
+            "vocab_size": 256,
+        },
+    }
+    data.update(over)
+    return Manifest("m.json", data)
+
+
+HEALTHY_HELLO = {
+    "model": {
+        "arch": "LlamaForCausalLM",
+        "num_layers": 8,
+        "hidden_size": 128,
+        "draft_arch": "LlamaForCausalLMEagle3",
+    },
+    "spec": {
+        "requested": {"algorithm": "EAGLE3", "num_steps": 3, "topk": 1, "num_draft_tokens": None},
+        "effective": {"algorithm": "EAGLE3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+        "rewrites": [],
+    },
+    "aux": {
+        "ids_read": [-1, 2, 5],
+        "declared_ids": [-1, 2, 5],
+        "ids_location": "eagle_config",
+        "use_aux_hidden_state": True,
+        "capture_native": [0, 3, 6],
+        "capture_canonical": [-1, 2, 5],
+        "slots": 3,
+        "width": 384,
+        "expected_width": 384,
+    },
+}
+
+
+def _evidence(
+    hello: dict, rms=REF_RMS, sketch=REF_SKETCH, accepted_p=(0.8, 0.75, 0.7), steps=40
+) -> SourceEvidence:
+    ev = SourceEvidence("h:1:r0")
+    seq = 0
+    ev.add(Event(HELLO, "h:1:r0", seq, 1.0, copy.deepcopy(hello)))
+    for _ in range(3):
+        seq += 1
+        ev.add(
+            Event(
+                AUX,
+                "h:1:r0",
+                seq,
+                1.0,
+                {
+                    "rows": MIN_AUX_ROWS,
+                    "slots": 3,
+                    "rms": list(rms),
+                    "mean": [0, 0, 0],
+                    "absmax": [1, 1, 1],
+                    "sketch": sketch,
+                },
+            )
+        )
+    for i in range(steps):
+        # chain of 3: draw accepted lengths with the given conditional rates
+        acc = np.zeros(8, dtype=np.int32)
+        alive = np.ones(8, dtype=bool)
+        for p in accepted_p:
+            alive &= RNG.random(8) < p
+            acc += alive
+        body = step_body(
+            step=i,
+            rids=[f"r{j}" for j in range(8)],
+            draft=RNG.integers(1, 256, (8, 4)),
+            accepted=acc,
+            tokens=RNG.integers(1, 256, int(acc.sum()) + 8),
+        )
+        seq += 1
+        ev.add(Event(STEP, "h:1:r0", seq, 1.0 + i * 0.01, body))
+    return ev
+
+
+def codes(findings) -> set[str]:
+    return {f.code for f in findings}
+
+
+def test_healthy_source_has_no_findings() -> None:
+    assert diagnose(_evidence(HEALTHY_HELLO), _manifest()) == []
+    assert diagnose(_evidence(HEALTHY_HELLO), None) == []
+
+
+def test_motivating_bug_names_layers_and_fix() -> None:
+    hello = copy.deepcopy(HEALTHY_HELLO)
+    hello["aux"].update(
+        ids_read=None, ids_location="top_level", capture_native=[2, 4, 5], capture_canonical=[1, 3, 4]
+    )
+    ev = _evidence(hello, rms=[4.0, 10.0, 15.0], accepted_p=(0.3, 0.5, 0.5))
+    found = diagnose(ev, _manifest())
+    assert codes(found) == {
+        "LAYER_IDS_NOT_READ",
+        "LAYER_MAP_MISMATCH",
+        "AUX_STATS_DRIFT",
+        "ACCEPTANCE_BELOW_TRAINING",
+    }
+    lm = next(f for f in found if f.code == "LAYER_MAP_MISMATCH")
+    assert "[1, 3, 4]" in lm.message and "[-1, 2, 5]" in lm.message and "[2, 4, 5]" in lm.message
+    assert "eagle_config" in lm.fix
+    nr = next(f for f in found if f.code == "LAYER_IDS_NOT_READ")
+    assert "top level" in nr.message and "nest" in nr.fix
+    assert has_errors(found)
+
+
+def test_order_mismatch() -> None:
+    hello = copy.deepcopy(HEALTHY_HELLO)
+    hello["aux"]["capture_canonical"] = [-1, 2, 5]
+    found = diagnose(
+        _evidence(hello),
+        _manifest(aux={"layer_ids": [5, 2, -1], "concat_order": [5, 2, -1], "slots": 3, "slot_width": 128}),
+    )
+    assert "LAYER_ORDER_MISMATCH" in codes(found) and "LAYER_MAP_MISMATCH" not in codes(found)
+
+
+def test_width_mismatch_from_duplicate_ids() -> None:
+    hello = copy.deepcopy(HEALTHY_HELLO)
+    hello["aux"].update(capture_native=[3, 3, 6], capture_canonical=[2, 5], slots=2, width=256)
+    found = diagnose(_evidence(hello), None)
+    assert codes(found) == {"AUX_WIDTH_MISMATCH"}
+
+
+def test_flag_rewrite_and_algorithm() -> None:
+    hello = copy.deepcopy(HEALTHY_HELLO)
+    hello["spec"]["requested"].update(num_steps=1, num_draft_tokens=16)
+    hello["spec"]["effective"].update(num_steps=1, num_draft_tokens=2)
+    hello["spec"]["rewrites"] = [
+        {
+            "param": "num_draft_tokens",
+            "from": 16,
+            "to": 2,
+            "reason": "topk=1 forces num_draft_tokens = num_steps + 1",
+        }
+    ]
+    found = diagnose(_evidence(hello), None)
+    assert codes(found) == {"SPEC_PARAM_REWRITTEN"}
+    assert "16 → 2" in found[0].message
+    hello = copy.deepcopy(HEALTHY_HELLO)
+    hello["spec"]["effective"]["algorithm"] = "EAGLE"
+    assert "ALGORITHM_MISMATCH" in codes(diagnose(_evidence(hello), None))
+
+
+def test_statistics_wait_for_evidence() -> None:
+    hello = copy.deepcopy(HEALTHY_HELLO)
+    ev = SourceEvidence("h:1:r0")
+    ev.add(Event(HELLO, "h:1:r0", 0, 1.0, hello))
+    ev.add(
+        Event(
+            AUX,
+            "h:1:r0",
+            1,
+            1.0,
+            {
+                "rows": 10,
+                "slots": 3,
+                "rms": [9, 9, 9],
+                "mean": [0] * 3,
+                "absmax": [1] * 3,
+                "sketch": REF_SKETCH,
+            },
+        )
+    )
+    assert diagnose(ev, _manifest()) == []  # 10 rows: not enough to call drift
+
+
+@pytest.mark.parametrize(
+    "vocab, reason",
+    [
+        (
+            {"size": 192, "min_target": 0, "max_target": 300, "unique_targets": 192, "vocab_size": 256},
+            "outside",
+        ),
+        (
+            {"size": 100, "min_target": 0, "max_target": 99, "unique_targets": 100, "vocab_size": 256},
+            "draft_vocab_size",
+        ),
+        (
+            {
+                "size": 192,
+                "min_target": 0,
+                "max_target": 191,
+                "unique_targets": 192,
+                "all_zero": True,
+                "vocab_size": 256,
+            },
+            "all offsets are zero",
+        ),
+    ],
+)
+def test_vocab_map_invalid(vocab, reason) -> None:
+    found = diagnose(_evidence(HEALTHY_HELLO), _manifest(vocab=vocab))
+    assert codes(found) == {"VOCAB_MAP_INVALID"}
+    assert reason in found[0].message

@@ -1,0 +1,691 @@
+"""The SGLang integration against SGLang's real code, on CPU (DESIGN.md §8).
+
+Everything that imports sglang runs in a child interpreter with the GPU-only packages served by
+stand-ins (tests/sglang_cpu.py), so nothing leaks into the other tests' ``sys.modules``. Two children
+run: one builds SGLang's real ServerArgs / models / verify-input objects and drives our verify
+wrapper with a real loopback subscriber; one drives SGLang's real plugin loader. The scenarios are
+the ``child_*`` functions below; pytest only reads the JSON they print.
+
+Skipped where sglang is not installed. We test for it with ``find_spec`` rather than
+``pytest.importorskip``: importing sglang without the stand-ins fails (``import triton``), and with
+them would leak stand-ins into this process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch") is None:
+    pytest.skip("sglang (and torch) not installed: see .ci/requirements-sglang.txt", allow_module_level=True)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sglang_cpu  # noqa: E402
+
+MARK = "@@E3T-RESULT@@"
+N_LAYERS = 6
+HIDDEN = 16
+VOCAB = 128
+DRAFT_VOCAB = 32
+
+LAYER_CASES: dict[str, dict[str, Any]] = {
+    "nested": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}},
+    "top_level": {"top": [0, 2, 3]},
+    "missing": {},
+    "minus_one": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 2, 3]}},
+    "out_of_order": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 0, 2]}},
+    "duplicated": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 2, 3]}},
+    "unreachable": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 5]}},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_child(func: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    body = f"""
+import json, test_sglang_integration as t
+out = t.{func}()
+print({MARK!r} + json.dumps(out))
+"""
+    stdout = sglang_cpu.run_in_sglang_subprocess(body, env=env, timeout=240)
+    for line in stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK) :])
+    raise AssertionError(f"child printed no result:\n{stdout[-3000:]}")
+
+
+# ================================================================================================
+# child side (runs with the stand-ins installed)
+# ================================================================================================
+
+
+def _write_models(root: str, name: str, case: dict[str, Any]) -> tuple[str, str]:
+    from transformers import LlamaConfig
+
+    tdir, ddir = os.path.join(root, name, "target"), os.path.join(root, name, "draft")
+    os.makedirs(tdir, exist_ok=True)
+    os.makedirs(ddir, exist_ok=True)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        architectures=["LlamaForCausalLM"],
+    )
+    cfg.save_pretrained(tdir)
+    d = cfg.to_dict()
+    d.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1, draft_vocab_size=DRAFT_VOCAB)
+    if "eagle_config" in case:
+        d["eagle_config"] = case["eagle_config"]
+    if "top" in case:
+        d["eagle_aux_hidden_state_layer_ids"] = case["top"]
+    with open(os.path.join(ddir, "config.json"), "w") as f:
+        json.dump(d, f)
+    return tdir, ddir
+
+
+def _server_args(tdir: str, ddir: str, **spec: Any) -> Any:
+    from sglang.srt.server_args import ServerArgs
+
+    sa = ServerArgs(
+        model_path=tdir,
+        device="cpu",
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path=ddir,
+        skip_tokenizer_init=True,
+        **spec,
+    )
+    sa.resolve_once()
+    return sa
+
+
+def _build(sa: Any, ddir: str) -> tuple[Any, Any, Any, Any]:
+    """SGLang's real id reading, target (with real set_eagle3_layers_to_capture) and draft."""
+    import torch
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.models.llama import LlamaForCausalLM
+    from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    rc.publish(sa, role="test", ranks=rc.SpawnRanks(world_rank=0))  # last publish wins
+    mc = ModelConfig.from_server_args(sa)
+    aux_cfg = resolve_spec_aux_hidden_state_config(
+        server_args=sa,
+        model_config=mc,
+        spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
+        is_draft_worker=False,
+    )
+    target = LlamaForCausalLM(mc.hf_config)
+    if aux_cfg.eagle_use_aux_hidden_state:
+        target.set_eagle3_layers_to_capture(aux_cfg.eagle_aux_hidden_state_layer_ids)
+    dmc = ModelConfig.from_server_args(sa, model_path=ddir, is_draft_model=True)
+    draft = LlamaForCausalLMEagle3(dmc.hf_config)
+    # the draft's own weight loader turns d2t into hot_token_id
+    d2t = torch.arange(DRAFT_VOCAB, dtype=torch.int64) * 3  # draft id i -> target id 4i
+    draft.load_weights([("d2t", d2t)])
+    return aux_cfg, target, draft, SimpleNamespace(model=target, spec_aux_config=aux_cfg, server_args=sa)
+
+
+def child_wiring() -> dict[str, Any]:
+    import tempfile
+
+    from eagle3_top.hooks.sglang.wiring import spec_report, wiring_from_objects
+
+    sglang_cpu.init_single_process_group()
+    root = tempfile.mkdtemp(prefix="e3t-sgl-")
+    out: dict[str, Any] = {"layers": {}, "spec": {}}
+
+    # -- spec rewrites, by SGLang's own resolution pipeline ----------------------------------
+    tdir, ddir = _write_models(root, "spec", LAYER_CASES["nested"])
+    sa = _server_args(
+        tdir, ddir, speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=16
+    )
+    out["spec"]["topk1"] = spec_report(sa, target_arch="LlamaForCausalLM")
+    out["spec"]["topk1_sglang_effective"] = sa.resolved_dict()["speculative_num_draft_tokens"]
+    sa_auto = _server_args(tdir, ddir)
+    out["spec"]["auto"] = spec_report(sa_auto, target_arch="LlamaForCausalLM")
+    # 0.5.17 style: ServerArgs already rewritten in place, requested values only in argv
+    old = SimpleNamespace(
+        _resolved_overrides=[("model_override", {"disable_radix_cache": True})],  # 0.5.17 has one too
+        speculative_algorithm="EAGLE3",
+        speculative_num_steps=1,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=2,
+        max_running_requests=48,
+    )
+    argv = [
+        "--model-path",
+        tdir,
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        "1",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "16",
+    ]
+    out["spec"]["argv"] = spec_report(old, argv=argv, target_arch="LlamaForCausalLM")
+    out["spec"]["unknown"] = spec_report(old, argv=[], target_arch="LlamaForCausalLM")
+
+    # -- layer ids: real reading, real capture setup, our report --------------------------------
+    for name, case in LAYER_CASES.items():
+        tdir, ddir = _write_models(root, name, case)
+        sa = _server_args(
+            tdir, ddir, speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4
+        )
+        aux_cfg, target, draft, runner = _build(sa, ddir)
+        hello = wiring_from_objects(sa, target, draft, ddir, target_runner=runner)
+        out["layers"][name] = {
+            "sglang_ids": aux_cfg.eagle_aux_hidden_state_layer_ids,
+            "sglang_layers_to_capture": list(target.model.layers_to_capture),
+            "sglang_capture_aux": bool(target.capture_aux_hidden_states),
+            "sglang_fc_in": int(draft.model.fc.in_features),
+            "hello": hello,
+        }
+    out["arch_rules"] = _arch_rules()
+    json.dumps(out)  # must be plain data, as it goes on the wire
+    return out
+
+
+ARCH_ID_CASES = [[1, 3, 5], [2, 4, 6], [-1, 2, 5], [0, 3, 8], [3, 3, 5], [5, 1, 3]]
+
+
+def _arch_rules() -> list[dict[str, Any]]:
+    """SGLang's real ``set_eagle3_layers_to_capture`` of other families, run on stand-in selves:
+    our offline rule (layers_native.native_from_ids) must store what SGLang stores, and our live
+    reader must find it (``layers_to_capture`` or the ``_is_layer_to_capture`` flags)."""
+    import functools
+
+    from eagle3_top.hooks.sglang import layers_native as ln
+    from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from sglang.srt.models.qwen2_moe import Qwen2MoeModel
+    from sglang.srt.models.qwen3_moe import Qwen3MoeForCausalLM
+
+    n = 8
+    rows = []
+    for cls, fam, arch in (
+        (DeepseekV2ForCausalLM, ln.DEEPSEEK, "DeepseekV3ForCausalLM"),
+        (GptOssForCausalLM, ln.GPT_OSS, "GptOssForCausalLM"),
+        (Qwen3MoeForCausalLM, ln.LLAMA, "Qwen3MoeForCausalLM"),
+    ):
+        for ids in [None, *ARCH_ID_CASES]:
+            inner = SimpleNamespace(layers=[SimpleNamespace() for _ in range(n)], layers_to_capture=[])
+            inner.set_eagle3_layers_to_capture = functools.partial(
+                Qwen2MoeModel.set_eagle3_layers_to_capture, inner
+            )
+            me = SimpleNamespace(
+                pp_group=SimpleNamespace(is_last_rank=True),
+                config=SimpleNamespace(num_hidden_layers=n, architectures=[arch]),
+                model=inner,
+            )
+            try:
+                cls.set_eagle3_layers_to_capture(me, None if ids is None else list(ids))
+                stored, err = list(inner.layers_to_capture), None
+            except Exception as exc:  # e.g. an out-of-range flag index
+                stored, err = None, type(exc).__name__
+            live = ln.live_capture(me) if err is None else None
+            flags_only = None
+            if err is None and fam == ln.LLAMA:
+                del inner.layers_to_capture  # Qwen3-Next / Qwen3.5 style: only flags
+                flags_only = ln.live_capture(me)
+            rows.append(
+                {
+                    "arch": arch,
+                    "family": fam,
+                    "ids": ids,
+                    "stored": stored,
+                    "error": err,
+                    "ours": ln.native_from_ids(ln.family_of(None, arch), ids, n),
+                    "live": live,
+                    "flags_only": flags_only,
+                }
+            )
+    return rows
+
+
+def _verify_objects(bs: int, n: int, topk: int, accept_lens: list[int], seed: int) -> tuple[Any, Any, dict]:
+    """A real EagleVerifyInput / GenerationBatchResult / ScheduleBatch with small CPU tensors."""
+    import torch
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    g = torch.Generator().manual_seed(seed)
+    draft = torch.randint(1, VOCAB, (bs * n,), generator=g, dtype=torch.int64)
+    nxt = torch.randint(1, VOCAB, (bs * n,), generator=g, dtype=torch.int32)
+    if topk == 1:  # chain: node j -> j+1
+        nt = torch.tensor([[j + 1 if j + 1 < n else -1 for j in range(n)]] * bs, dtype=torch.int64)
+        ns = torch.full((bs, n), -1, dtype=torch.int64)
+        parents = None
+    else:  # root 0 -> {1, 2}, 1 -> {3}
+        assert n == 4
+        nt = torch.tensor([[1, 3, -1, -1]] * bs, dtype=torch.int64)
+        ns = torch.tensor([[-1, 2, -1, -1]] * bs, dtype=torch.int64)
+        parents = [[-1, 0, 0, 1]] * bs
+    seq_lens = torch.full((bs,), 10, dtype=torch.int64)
+    vi = EagleVerifyInput(
+        draft_token=draft,
+        custom_mask=torch.ones(bs * n * (10 + n), dtype=torch.bool),
+        positions=torch.arange(bs * n, dtype=torch.int64),
+        retrieve_index=torch.arange(bs * n, dtype=torch.int64).view(bs, n),
+        retrieve_next_token=nt,
+        retrieve_next_sibling=ns,
+        retrieve_cum_len=None,
+        spec_steps=n - 1,
+        topk=topk,
+        draft_token_num=n,
+        capture_hidden_mode=CaptureHiddenMode.FULL,
+        seq_lens_sum=int(seq_lens.sum()),
+        seq_lens_cpu=seq_lens,
+    )
+    reqs = [SimpleNamespace(rid=f"req-{seed}-{i}") for i in range(bs)]
+    batch = ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.TARGET_VERIFY, spec_info=vi, device="cpu")
+    hidden = torch.randn(bs * n, 3 * HIDDEN, generator=g)
+    res = GenerationBatchResult(
+        logits_output=LogitsProcessorOutput(next_token_logits=None, hidden_states=hidden),
+        next_token_ids=nxt,
+        accept_lens=torch.tensor(accept_lens, dtype=torch.int32),
+        speculative_num_draft_tokens=n,
+    )
+    dn, nn = draft.view(bs, n).tolist(), nxt.view(bs, n).tolist()
+    expect = {
+        "rids": [r.rid for r in reqs],
+        "draft": dn,
+        "accepted": [a - 1 for a in accept_lens],
+        "tokens": [t for i in range(bs) for t in nn[i][: accept_lens[i]]],
+        "topk": topk,
+        "parents": parents,
+    }
+    return batch, res, expect
+
+
+def child_verify() -> dict[str, Any]:
+    """Real EAGLEWorkerV2 class, hooked through SGLang's HookRegistry by our register()."""
+    import tempfile
+    import time
+
+    import torch
+    from eagle3_top.hooks.sglang import plugin
+    from eagle3_top.tracer.subscriber import Subscriber
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    sglang_cpu.init_single_process_group()
+    root = tempfile.mkdtemp(prefix="e3t-sgl-")
+    tdir, ddir = _write_models(root, "verify", LAYER_CASES["nested"])
+    sa = _server_args(
+        tdir, ddir, speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4
+    )
+    aux_cfg, target, draft, runner = _build(sa, ddir)
+
+    results: dict[int, Any] = {}
+
+    def fake_verify(self: Any, batch: Any, pp_proxy_tensors: Any = None, grammar_barrier: Any = None) -> Any:
+        return results[id(batch)]  # run_eagle_verify needs a GPU; the hook wraps whatever is there
+
+    EAGLEWorkerV2.verify = fake_verify
+    plugin.register()
+    HookRegistry.apply_hooks()
+    wrapped = getattr(EAGLEWorkerV2.verify, "__wrapped__", None) is fake_verify
+
+    worker = object.__new__(EAGLEWorkerV2)
+    worker._target_worker = SimpleNamespace(model_runner=runner)
+    worker._draft_worker = SimpleNamespace(draft_runner=SimpleNamespace(model=draft))
+    worker.server_args = sa
+    worker.topk, worker.speculative_num_steps, worker.speculative_num_draft_tokens = 1, 3, 4
+    worker.speculative_algorithm = SpeculativeAlgorithm.from_string("EAGLE3")
+
+    endpoint = os.environ["EAGLE3_TOP_PUBLISH"]
+    sub = Subscriber([endpoint])
+    tracer = plugin.tracer_for_worker(worker)  # binds, publishes the hello
+    assert tracer is not None, plugin._state["off"]
+    # wait until the subscription is live (a health event arrives), then re-send the hello
+    deadline = time.monotonic() + 10
+    seen: list[Any] = []
+    while time.monotonic() < deadline and not any(e.kind == "health" for e in seen):
+        seen += sub.poll(200)
+    tracer.publisher.set_hello(tracer.publisher._hello)
+
+    expects = []
+    b1, r1, e1 = _verify_objects(3, 4, 1, [1, 4, 2], seed=1)
+    b2, r2, e2 = _verify_objects(2, 4, 2, [3, 2], seed=2)
+    for b, r in ((b1, r1), (b2, r2)):
+        results[id(b)] = r
+    returned = [worker.verify(b1) is r1, worker.verify(b2) is r2]
+    expects += [e1, e2]
+
+    # idle batch, batch without spec_info: no event, no error
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    idle = ScheduleBatch(reqs=[], forward_mode=ForwardMode.IDLE, spec_info=None, device="cpu")
+    results[id(idle)] = r1
+    returned.append(worker.verify(idle) is r1)
+    nospec = ScheduleBatch(reqs=b1.reqs, forward_mode=ForwardMode.TARGET_VERIFY, spec_info=None, device="cpu")
+    results[id(nospec)] = r1
+    returned.append(worker.verify(nospec) is r1)
+    # a request object that breaks our read (no rid): the server still gets its result; we count it
+    broken = ScheduleBatch(
+        reqs=[object()] * 3, forward_mode=ForwardMode.TARGET_VERIFY, spec_info=b1.spec_info, device="cpu"
+    )
+    results[id(broken)] = r1
+    returned.append(worker.verify(broken) is r1)
+
+    events: list[Any] = []
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        events += sub.poll(200)
+        kinds = [e.kind for e in events]
+        if (
+            kinds.count("step") >= 2
+            and "aux" in kinds
+            and any(e.kind == "health" and e.body.get("hook_errors") for e in events)
+        ):
+            break
+    sub.close()
+    tracer.publisher.close()
+
+    def dec(b: Any) -> Any:
+        return None if b is None else np.frombuffer(b, "<i4").tolist()
+
+    steps = []
+    for e in events:
+        if e.kind == "step":
+            b = e.body
+            steps.append(
+                {
+                    "rids": b["rids"],
+                    "n": b["n"],
+                    "batch": b["batch"],
+                    "topk": b["topk"],
+                    "draft": np.frombuffer(b["draft"], "<i4").reshape(b["batch"], b["n"]).tolist(),
+                    "accepted": dec(b["accepted"]),
+                    "tokens": dec(b["tokens"]),
+                    "parents": dec(b["parents"]),
+                }
+            )
+    hellos = [e.body for e in events + seen if e.kind == "hello"]
+    auxes = [e.body for e in events if e.kind == "aux"]
+    healths = [e.body for e in events if e.kind == "health"]
+    _ = torch
+    return {
+        "wrapped": wrapped,
+        "returned": returned,
+        "expects": expects,
+        "steps": steps,
+        "hello": hellos[-1] if hellos else None,
+        "aux": auxes,
+        "health": healths[-1] if healths else None,
+        "src": sorted({e.src for e in events}),
+    }
+
+
+def child_plugin_loader() -> dict[str, Any]:
+    """SGLang's real ``load_plugins()`` finding our entry point, without and with the env var."""
+    from importlib.metadata import entry_points
+
+    import sglang
+    import sglang.srt.plugins as plugins
+    from eagle3_top.hooks.sglang import plugin
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    eps = [f"{ep.name}={ep.value}" for ep in entry_points(group="sglang.srt.plugins")]
+    out: dict[str, Any] = {"entry_points": eps}
+
+    def state() -> dict[str, Any]:
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+        return {
+            "targets": sorted(
+                t for t in HookRegistry._hooks if t in (plugin.VERIFY_TARGET, plugin.SCHEDULER_INIT_TARGET)
+            ),
+            "verify_wrapped": hasattr(EAGLEWorkerV2.verify, "__wrapped__"),
+            "init_wrapped": hasattr(Scheduler.__init__, "__wrapped__"),
+            "publisher": plugin._state["publisher"] is not None,
+            "off": plugin._state["off"],
+        }
+
+    os.environ.pop("EAGLE3_TOP_PUBLISH", None)
+    plugins.load_plugins()
+    out["without_env"] = state()
+
+    os.environ["EAGLE3_TOP_PUBLISH"] = "tcp://127.0.0.1:1"  # never bound: no scheduler here
+    plugins._plugins_loaded = False
+    plugins.load_plugins()
+    out["with_env"] = state()
+
+    # an untested version: one log line, stays off, registers nothing
+    plugin._reset_for_tests()
+    HookRegistry.reset() if hasattr(HookRegistry, "reset") else None
+    real = sglang.__version__
+    sglang.__version__ = "0.6.1"
+    plugin.register()
+    sglang.__version__ = real
+    out["bad_version"] = {
+        "off": plugin._state["off"],
+        "registered": plugin._state["registered"],
+        "targets": sorted(HookRegistry._hooks),
+    }
+    out["version"] = real
+    return out
+
+
+# ================================================================================================
+# pytest side
+# ================================================================================================
+
+
+@pytest.fixture(scope="module")
+def wiring() -> dict[str, Any]:
+    return _run_child("child_wiring")
+
+
+@pytest.fixture(scope="module")
+def verify_run() -> dict[str, Any]:
+    return _run_child("child_verify", env={"EAGLE3_TOP_PUBLISH": f"tcp://127.0.0.1:{_free_port()}"})
+
+
+@pytest.fixture(scope="module")
+def loader() -> dict[str, Any]:
+    return _run_child("child_plugin_loader")
+
+
+def test_topk1_rewrite_reported_as_sglang_resolved_it(wiring: dict[str, Any]) -> None:
+    spec = wiring["spec"]["topk1"]
+    assert wiring["spec"]["topk1_sglang_effective"] == 2  # SGLang's own pipeline did the rewrite
+    assert spec["requested"] == {"algorithm": "EAGLE3", "num_steps": 1, "topk": 1, "num_draft_tokens": 16}
+    assert spec["effective"] == {"algorithm": "EAGLE3", "num_steps": 1, "topk": 1, "num_draft_tokens": 2}
+    assert spec["requested_source"] == "declare_resolution"
+    rw = {r["param"]: r for r in spec["rewrites"]}
+    assert rw["num_draft_tokens"]["from"] == 16 and rw["num_draft_tokens"]["to"] == 2
+    assert "topk=1" in rw["num_draft_tokens"]["reason"]
+    assert rw["max_running_requests"]["to"] == 48 and rw["max_running_requests"]["from"] is None
+
+
+def test_auto_chosen_params_reported(wiring: dict[str, Any]) -> None:
+    spec = wiring["spec"]["auto"]
+    assert spec["requested"]["num_steps"] is None
+    assert spec["effective"] == {"algorithm": "EAGLE3", "num_steps": 5, "topk": 4, "num_draft_tokens": 8}
+    rw = {r["param"]: r for r in spec["rewrites"]}
+    assert {"num_steps", "topk", "num_draft_tokens"} <= set(rw)
+    assert "auto-chooses" in rw["num_steps"]["reason"]
+
+
+def test_requested_from_argv_when_server_args_were_rewritten_in_place(wiring: dict[str, Any]) -> None:
+    spec = wiring["spec"]["argv"]
+    assert spec["requested_source"] == "argv"
+    assert spec["requested"]["num_draft_tokens"] == 16 and spec["effective"]["num_draft_tokens"] == 2
+    assert [r["param"] for r in spec["rewrites"]][:1] == ["num_draft_tokens"]
+    unknown = wiring["spec"]["unknown"]
+    assert unknown["requested_source"] == "unknown" and unknown["rewrites"] == []
+
+
+@pytest.mark.parametrize("name", list(LAYER_CASES))
+def test_reported_layers_match_sglang_objects(wiring: dict[str, Any], name: str) -> None:
+    case = wiring["layers"][name]
+    aux = case["hello"]["aux"]
+    ltc = case["sglang_layers_to_capture"]
+    # what the live target holds, verbatim
+    assert aux["capture_native"] == ltc
+    assert aux["ids_read"] == case["sglang_ids"]
+    assert aux["capture_source"] == "layers_to_capture"
+    # canonical = what the forward loop really captures: input of layer i, ascending, once, in range
+    assert aux["capture_canonical"] == [i - 1 for i in sorted(set(ltc)) if 0 <= i < N_LAYERS]
+    assert aux["slots"] == len(aux["capture_canonical"])
+    assert aux["width"] == aux["slots"] * HIDDEN
+    assert aux["expected_width"] == case["sglang_fc_in"]
+    assert case["hello"]["model"]["num_layers"] == N_LAYERS
+    assert case["hello"]["model"]["draft_arch"] == "LlamaForCausalLMEagle3"
+
+
+def test_layer_cases_show_the_known_failure_modes(wiring: dict[str, Any]) -> None:
+    L = {k: v["hello"]["aux"] for k, v in wiring["layers"].items()}
+    assert L["nested"]["ids_read"] == [0, 2, 3] and L["nested"]["capture_canonical"] == [0, 2, 3]
+    assert L["nested"]["ids_location"] == "eagle_config"
+    # top-level ids: declared, not read -> SGLang default [2, n//2, n-3] = canonical [1, 2, 2]... once
+    for name in ("top_level", "missing"):
+        assert L[name]["ids_read"] is None
+        assert L[name]["capture_native"] == [2, N_LAYERS // 2, N_LAYERS - 3]
+    assert L["top_level"]["declared_ids"] == [0, 2, 3] and L["top_level"]["ids_location"] == "top_level"
+    assert L["missing"]["declared_ids"] is None and L["missing"]["ids_location"] == "missing"
+    assert L["minus_one"]["capture_canonical"] == [-1, 2, 3]
+    assert L["out_of_order"]["capture_native"] == [4, 1, 3]
+    assert L["out_of_order"]["capture_canonical"] == [0, 2, 3]  # slots reordered vs training
+    assert L["duplicated"]["slots"] == 2 and L["duplicated"]["expected_width"] == 3 * HIDDEN
+    assert L["unreachable"]["capture_native"][-1] == N_LAYERS and L["unreachable"]["slots"] == 2
+
+
+def test_other_families_rules_match_sglang_code(wiring: dict[str, Any]) -> None:
+    from eagle3_top.hooks.sglang import layers_native as ln
+
+    n = 8
+    for row in wiring["arch_rules"]:
+        if row["error"] is not None:
+            # only an id past the last layer can fail here (flag index out of range)
+            assert row["family"] == ln.LLAMA and max(row["ids"]) + 1 >= n, row
+            continue
+        assert row["ours"] == row["stored"], row
+        assert row["live"]["native"] == row["stored"], row
+        if row["flags_only"] is not None:
+            assert row["flags_only"]["source"] == "_is_layer_to_capture"
+            assert row["flags_only"]["native"] == sorted(set(row["stored"]))
+    ds = {tuple(r["ids"] or ()): r for r in wiring["arch_rules"] if r["family"] == ln.DEEPSEEK}
+    assert ds[(1, 3, 5)]["stored"] == [2, 4, 6]  # first id 1: +1
+    assert ds[(2, 4, 6)]["stored"] == [2, 4, 6]  # otherwise as given
+    assert ln.canonical_from_native(ln.DEEPSEEK, [2, 4, 6], n) == [1, 3, 5]
+    assert ln.capture_failure(ln.DEEPSEEK, ds[(-1, 2, 5)]["stored"], n) is not None
+    go = {tuple(r["ids"] or ()): r for r in wiring["arch_rules"] if r["family"] == ln.GPT_OSS}
+    assert go[(0, 3, 8)]["stored"] == [0, 3, 8]  # boundary indices, used as given
+    assert ln.canonical_from_native(ln.GPT_OSS, [0, 3, 8], n) == [-1, 2, 7]
+
+
+def test_hello_shape_mirrors_toy(wiring: dict[str, Any]) -> None:
+    hello = wiring["layers"]["nested"]["hello"]
+    assert set(hello) >= {"engine", "model", "tp", "spec", "vocab", "aux"}
+    assert hello["engine"]["name"] == "sglang"
+    assert set(hello["model"]) >= {
+        "target_path",
+        "draft_path",
+        "arch",
+        "num_layers",
+        "hidden_size",
+        "vocab_size",
+        "dtype",
+        "draft_arch",
+        "draft_vocab_size",
+    }
+    assert set(hello["aux"]) >= {
+        "eagle_config",
+        "declared_ids",
+        "ids_location",
+        "ids_read",
+        "use_aux_hidden_state",
+        "capture_native",
+        "capture_canonical",
+        "convention",
+        "slots",
+        "width",
+        "expected_width",
+    }
+    assert hello["aux"]["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}
+    v = hello["vocab"]
+    assert v["size"] == DRAFT_VOCAB and v["max_target"] == 4 * (DRAFT_VOCAB - 1) and v["vocab_size"] == VOCAB
+    assert hello["spec"]["effective"]["num_draft_tokens"] == 4
+
+
+def test_verify_wrapper_publishes_real_steps(verify_run: dict[str, Any]) -> None:
+    assert verify_run["wrapped"], "HookRegistry did not wrap EAGLEWorkerV2.verify"
+    assert all(verify_run["returned"]), "the wrapper must hand back the original result, always"
+    steps, expects = verify_run["steps"], verify_run["expects"]
+    assert len(steps) == 2, steps  # idle / no-spec / broken batches publish nothing
+    for got, exp in zip(steps, expects, strict=True):
+        assert got["rids"] == exp["rids"]
+        assert got["draft"] == exp["draft"]
+        assert got["accepted"] == exp["accepted"]
+        assert got["tokens"] == exp["tokens"]
+        assert got["topk"] == exp["topk"]
+        if exp["parents"] is None:
+            assert got["parents"] is None
+        else:
+            assert np.array(got["parents"]).reshape(len(exp["rids"]), -1).tolist() == exp["parents"]
+    assert all(t != 0 for s in steps for t in s["tokens"])
+
+
+def test_verify_wrapper_hello_aux_and_health(verify_run: dict[str, Any]) -> None:
+    hello = verify_run["hello"]
+    assert hello is not None and hello["engine"]["name"] == "sglang"
+    assert hello["spec"]["effective"] == {
+        "algorithm": "EAGLE3",
+        "num_steps": 3,
+        "topk": 1,
+        "num_draft_tokens": 4,
+    }
+    assert hello["aux"]["capture_canonical"] == [0, 2, 3]
+    aux = verify_run["aux"]
+    assert aux and aux[0]["slots"] == 3 and aux[0]["slot_width"] == HIDDEN and aux[0]["rows"] == 12
+    health = verify_run["health"]
+    assert health["hook_errors"] >= 1 and not health["disabled"]  # the broken batch was counted
+    assert len(verify_run["src"]) == 1 and verify_run["src"][0].endswith(":r0")
+
+
+def test_plugin_loader_runs_our_entry_point(loader: dict[str, Any]) -> None:
+    if not any(e.startswith("eagle3_top=") for e in loader["entry_points"]):
+        pytest.skip("eagle3-top's entry point is not installed (pip install -e .)")
+    assert "eagle3_top=eagle3_top.hooks.sglang.plugin:register" in loader["entry_points"]
+    off = loader["without_env"]
+    assert off["targets"] == [] and not off["verify_wrapped"] and not off["init_wrapped"]
+    on = loader["with_env"]
+    assert on["verify_wrapped"] and on["init_wrapped"] and len(on["targets"]) == 2
+    assert not on["publisher"], "no socket may be bound outside a scheduler process"
+    assert on["off"] is None
+
+
+def test_untested_version_stays_off_with_one_reason(loader: dict[str, Any]) -> None:
+    bad = loader["bad_version"]
+    assert not bad["registered"] and "0.6.1" in bad["off"]
+    assert bad["targets"] == []

@@ -1,0 +1,204 @@
+"""Fingerprints of the aux hidden states a draft consumes, one per slot.
+
+``fingerprint(x, slots)`` reduces a ``[rows, slots * width]`` tensor on its own device and starts a
+non-blocking copy of the small result; nothing on the caller's path waits for the device. The same
+function fingerprints training hidden states (manifest) and live ones (tracer), so the two are
+comparable number for number.
+
+Per slot: row count, mean, std, rms, abs-max over all values of the slot; NaN and Inf counts are
+counted per *row* (a row with any NaN counts once), which needs no extra pass over the tensor; and a
+sketch: the mean row projected on ``SKETCH_DIM`` fixed random directions, seeded by the width only,
+so sketches from different runs and machines are comparable.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .deferred import Deferred, HostCopy
+
+SKETCH_DIM = 16
+SKETCH_SEED = 0xE3E3
+# Column layout of the raw per-slot stats row (sums, so that raw rows from many tensors add up),
+# followed by the SKETCH_DIM columns of the projected row sum.
+_SUM, _SUMSQ, _MAX, _MIN, _NAN, _INF = range(6)
+_NSTATS = 6
+
+
+@lru_cache(maxsize=16)
+def sketch_matrix(width: int) -> np.ndarray:
+    """[SKETCH_DIM, width] float32 Gaussian directions, scaled so a unit vector projects to ~unit."""
+    rng = np.random.default_rng([SKETCH_SEED, width])
+    return (rng.standard_normal((SKETCH_DIM, width)) / math.sqrt(width)).astype(np.float32)
+
+
+_device_sketch: dict[tuple[str, int], Any] = {}
+
+
+def _sketch_on(device: Any, width: int) -> Any:
+    import torch
+
+    key = (str(device), width)
+    mat = _device_sketch.get(key)
+    if mat is None:
+        mat = torch.from_numpy(sketch_matrix(width)).to(device)
+        _device_sketch[key] = mat
+    return mat
+
+
+class PendingFingerprint(Deferred):
+    """Device-side reduction on its way to the host; resolves to the aux event fields."""
+
+    __slots__ = ("_copy", "rows", "slots", "width")
+
+    def __init__(self, copy: Deferred, rows: int, slots: int, width: int) -> None:
+        self._copy = copy
+        self.rows = rows
+        self.slots = slots
+        self.width = width
+
+    def raw(self) -> np.ndarray:
+        return np.asarray(self._copy.resolve())
+
+    def resolve(self) -> dict[str, Any]:
+        return stats_to_fields(self.raw(), self.rows, self.slots, self.width)
+
+
+def stats_to_fields(stats: np.ndarray, rows: int, slots: int, width: int) -> dict[str, Any]:
+    """Turn raw per-slot sums ``[slots, 6 + SKETCH_DIM]`` into the aux event fields."""
+    stats = stats.astype(np.float64)
+    finite_rows = np.maximum(rows - stats[:, _NAN] - stats[:, _INF], 0)
+    denom = np.maximum(finite_rows, 1)
+    mean = stats[:, _SUM] / denom / width
+    ms = stats[:, _SUMSQ] / denom / width
+    rms = np.sqrt(np.maximum(ms, 0.0))
+    std = np.sqrt(np.maximum(ms - mean**2, 0.0))
+    absmax = np.where(finite_rows > 0, np.maximum(np.abs(stats[:, _MAX]), np.abs(stats[:, _MIN])), 0.0)
+    sketch = stats[:, _NSTATS:] / denom[:, None]
+    return {
+        "rows": rows,
+        "slots": slots,
+        "slot_width": width,
+        "mean": mean.tolist(),
+        "std": std.tolist(),
+        "rms": rms.tolist(),
+        "absmax": absmax.tolist(),
+        "nan": stats[:, _NAN].astype(np.int64).tolist(),
+        "inf": stats[:, _INF].astype(np.int64).tolist(),
+        "sketch": sketch.tolist(),
+    }
+
+
+class FingerprintAccumulator:
+    """Adds raw fingerprints of many tensors (training files) into one, exactly."""
+
+    def __init__(self) -> None:
+        self.raw: np.ndarray | None = None
+        self.rows = 0
+        self.slots = 0
+        self.width = 0
+
+    def add(self, pending: PendingFingerprint) -> None:
+        raw = pending.raw()
+        if self.raw is None:
+            self.raw, self.slots, self.width = raw.astype(np.float64), pending.slots, pending.width
+        else:
+            if (pending.slots, pending.width) != (self.slots, self.width):
+                raise ValueError(
+                    f"aux layout changed: {pending.slots} x {pending.width} after {self.slots} x {self.width}"
+                )
+            r = self.raw
+            r[:, _MAX] = np.maximum(r[:, _MAX], raw[:, _MAX])
+            r[:, _MIN] = np.minimum(r[:, _MIN], raw[:, _MIN])
+            for col in (_SUM, _SUMSQ, _NAN, _INF):
+                r[:, col] += raw[:, col]
+            r[:, _NSTATS:] += raw[:, _NSTATS:]
+        self.rows += pending.rows
+
+    def fields(self) -> dict[str, Any]:
+        if self.raw is None:
+            raise ValueError("no tensors were fingerprinted")
+        return stats_to_fields(self.raw, self.rows, self.slots, self.width)
+
+
+def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint:
+    """Fingerprint a ``[..., slots * width]`` tensor (torch, any device, any float dtype).
+
+    On CUDA the reduction is launched here, on the caller's stream, and only its small
+    ``[slots, 6 + SKETCH_DIM]`` result is copied, non-blocking: nothing waits for the device. On
+    CPU the reduction *is* the cost, so the caller only clones the rows and the sender thread
+    reduces them (torch releases the GIL in its kernels, so that runs beside the serving loop).
+    ``clone=False`` is for callers that own ``x`` and will not change it (manifest building).
+    """
+    total = x.shape[-1]
+    if slots <= 0 or total % slots:
+        raise ValueError(f"aux width {total} is not divisible into {slots} slots")
+    width = total // slots
+    x3 = x.reshape(-1, slots, width)
+    rows = int(x3.shape[0])
+    if x3.device.type == "cpu":
+        return PendingFingerprint(_CpuStats(x3.detach().clone() if clone else x3), rows, slots, width)
+    return PendingFingerprint(HostCopy(_raw_stats(x3)), rows, slots, width)
+
+
+class _CpuStats(Deferred):
+    __slots__ = ("_x3",)
+
+    def __init__(self, x3: Any) -> None:
+        self._x3 = x3
+
+    def resolve(self) -> Any:
+        return _raw_stats(self._x3).numpy()
+
+
+def _raw_stats(x3: Any) -> Any:
+    """Per-slot raw sums ``[slots, 6 + SKETCH_DIM]`` of a ``[rows, slots, width]`` tensor."""
+    import torch
+
+    rows, slots, width = x3.shape
+    f32 = torch.float32
+    # Per (row, slot) L2 norm: one pass; non-finite rows show up as nan/inf norms.
+    norms = torch.linalg.vector_norm(x3, dim=2, dtype=f32)  # [rows, slots]
+    nan_rows = torch.isnan(norms)
+    inf_rows = torch.isinf(norms)
+    finite = ~(nan_rows | inf_rows)
+    sumsq = torch.where(finite, norms * norms, 0.0).sum(0)
+    # Mean row over finite rows only, so one bad row does not blank the whole fingerprint.
+    if rows:
+        keep = finite.unsqueeze(-1)
+        zero = torch.zeros((), dtype=x3.dtype, device=x3.device)
+        row_sum = torch.where(keep, x3, zero).sum(0, dtype=f32)  # [slots, width]
+        mx = torch.where(keep, x3, float("-inf")).amax(dim=(0, 2)).to(f32)
+        mn = torch.where(keep, x3, float("inf")).amin(dim=(0, 2)).to(f32)
+    else:
+        row_sum = torch.zeros(slots, width, dtype=f32, device=x3.device)
+        mx = mn = torch.zeros(slots, dtype=f32, device=x3.device)
+    sketch = row_sum @ _sketch_on(x3.device, width).T  # [slots, SKETCH_DIM]
+    stats = torch.cat(
+        [
+            row_sum.sum(1, keepdim=True),
+            sumsq.unsqueeze(1),
+            mx.unsqueeze(1),
+            mn.unsqueeze(1),
+            nan_rows.sum(0, dtype=f32).unsqueeze(1),
+            inf_rows.sum(0, dtype=f32).unsqueeze(1),
+            sketch,
+        ],
+        dim=1,
+    )
+    return stats
+
+
+def fingerprint_now(x: Any, slots: int) -> dict[str, Any]:
+    """Synchronous convenience for offline use (manifest building, tests)."""
+    return fingerprint(x, slots).resolve()
+
+
+def sketch_cosine(a: list[float], b: list[float]) -> float:
+    va, vb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    den = float(np.linalg.norm(va) * np.linalg.norm(vb))
+    return float(va @ vb / den) if den > 0 else 0.0

@@ -1,0 +1,208 @@
+"""eagle3-top live view: one screen, readable at 100×30.
+
+Data flow: a ``Feed`` thread receives and aggregates; a timer here pulls a ``Snapshot`` a few times
+a second and hands each widget the part it draws. No message per event ever reaches the UI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer
+
+from .acceptance_panel import AcceptancePanel
+from .feed import Feed
+from .findings_panel import FindingsPanel
+from .health_panel import HealthPanel
+from .help_screen import HelpScreen
+from .histogram import Histogram
+from .layer_map import LayerMap
+from .model import MonitorState, Snapshot, SourceSnapshot
+from .position_bars import PositionBars
+from .proposals import Proposals
+from .sources_table import SourcesTable
+from .spec_panel import SpecPanel
+from .status_bar import StatusBar
+
+
+class Eagle3TopApp(App[None]):
+    CSS_PATH = "app.tcss"
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("p", "toggle_pause", "pause"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("tab", "next_source", "next source", priority=True),
+        Binding("shift+tab", "prev_source", "prev source", show=False, priority=True),
+    ]
+
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        title: str = "eagle3-top",
+        on_exit: Iterable[Callable[[], object]] = (),
+        refresh_hz: float = 4.0,
+        stale_after_s: float = 3.0,
+        manifest: object | None = None,
+        feed: Feed | None = None,
+    ) -> None:
+        super().__init__()
+        self.endpoints = list(endpoints)
+        self.title = title
+        self._on_exit = list(on_exit)
+        self._refresh_s = 1.0 / max(refresh_hz, 0.1)
+        self.manifest = manifest
+        self.feed = feed or Feed(
+            self.endpoints, state=MonitorState(stale_after_s=stale_after_s, manifest=manifest)
+        )
+        self.paused = False
+        self.latest: Snapshot | None = None  # newest snapshot pulled from the feed
+        self.shown: Snapshot | None = None  # what the screen shows (frozen while paused)
+        self.selected: str | None = None
+        self.ticks = 0
+        self.render_error: str | None = None
+
+    # -- layout ----------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        # Kept as attributes: queries go to the *active* screen, which is the help screen at times.
+        self.status_bar = StatusBar(self.title, id="status")
+        self.table = SourcesTable(id="sources")
+        self.spec = SpecPanel(id="spec")
+        self.acceptance = AcceptancePanel(id="acceptance")
+        self.positions = PositionBars(id="positions")
+        self.histogram = Histogram(id="histogram")
+        self.proposals = Proposals(id="proposals")
+        self.health = HealthPanel(id="health")
+        self.layer_map = LayerMap(id="layer-map")
+        self.findings = FindingsPanel(has_manifest=self.manifest is not None, id="findings")
+        yield self.status_bar
+        yield self.table
+        with Horizontal(id="detail"):
+            with Vertical(id="left"):
+                yield self.spec
+                yield self.acceptance
+            with Vertical(id="right"):
+                yield self.positions
+                yield self.histogram
+        if self.manifest is not None:
+            yield self.layer_map
+        yield self.findings
+        yield self.proposals
+        yield self.health
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.feed.start()
+        self.table.focus()
+        self._tick()
+        self.set_interval(self._refresh_s, self._tick, name="snapshot")
+
+    def on_unmount(self) -> None:
+        self.feed.stop()
+        for cb in self._on_exit:
+            try:
+                cb()
+            except Exception:
+                pass
+
+    # -- refresh ---------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if self._exit or not self.table.is_mounted:
+            return
+        self.ticks += 1
+        try:
+            self.latest = self.feed.snapshot()
+            if not self.paused:
+                self.shown = self.latest
+            self._render_shown()
+            self.render_error = None
+        except Exception as exc:  # odd data must not take the monitor down; say what broke
+            self.render_error = f"display error: {type(exc).__name__}: {exc}"
+            self.log.error(self.render_error)
+            try:
+                self.status_bar.update_from(self.shown, self.paused, self.render_error)
+            except Exception:
+                pass
+
+    def _render_shown(self) -> None:
+        snap = self.shown
+        self.status_bar.update_from(snap, self.paused, self.feed.error or self.render_error)
+        if snap is None:
+            return
+        with self.batch_update():
+            table = self.table
+            table.update_from(snap)
+            key = table.selected_key()
+            if key is not None:
+                self.selected = key
+            elif self.selected is None and snap.sources:
+                self.selected = snap.sources[0].key
+            self._render_detail(snap)
+
+    def _render_detail(self, snap: Snapshot) -> None:
+        src: SourceSnapshot | None = snap.source(self.selected)
+        if src is None and snap.sources:
+            src = snap.sources[0]
+        self.spec.update_from(src)
+        self.acceptance.update_from(src)
+        self.positions.update_from(src)
+        self.histogram.update_from(src)
+        self.proposals.update_from(src)
+        self.health.update_from(src, snap)
+        self.findings.update_from(src)
+        if self.manifest is not None:
+            self.layer_map.update_from(src)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key is not None else None
+        if key and key != self.selected and self.shown is not None and self.shown.source(key):
+            self.selected = key
+            self._render_detail(self.shown)
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self.shown = self.latest
+        self._render_shown()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def _move(self, delta: int) -> None:
+        table = self.table
+        if table.row_count:
+            table.move_cursor(row=(table.cursor_row + delta) % table.row_count)
+
+    def action_next_source(self) -> None:
+        self._move(1)
+
+    def action_prev_source(self) -> None:
+        self._move(-1)
+
+
+def run_app(
+    endpoints: list[str],
+    *,
+    title: str = "eagle3-top",
+    manifest: object | None = None,
+    refresh_hz: float = 4.0,
+    stale_after_s: float = 3.0,
+    on_exit: Iterable[Callable[[], object]] = (),
+) -> None:
+    """Run the live view until the user quits (q / ctrl+c)."""
+    Eagle3TopApp(
+        endpoints,
+        title=title,
+        manifest=manifest,
+        refresh_hz=refresh_hz,
+        stale_after_s=stale_after_s,
+        on_exit=on_exit,
+    ).run()

@@ -1,0 +1,123 @@
+"""The receive worker: one thread owns the Subscriber and folds every frame into a MonitorState.
+
+The UI never sees individual events. It pulls an immutable ``Snapshot`` on its own timer (a few Hz),
+so however fast the stream runs, the UI does a fixed amount of work per frame drawn; the worker
+aggregates (the toolong pattern: backpressure by aggregation, not by queueing messages).
+
+Locking: the worker receives and decodes frames *outside* the lock, then folds a whole batch into
+the state under it. ``snapshot()`` takes the lock for the few hundred microseconds it
+needs to copy counters out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from eagle3_top.tracer.subscriber import Subscriber
+
+from .model import MonitorState, Snapshot
+
+log = logging.getLogger("eagle3_top.tui.feed")
+
+
+class Feed:
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        state: MonitorState | None = None,
+        subscriber_factory: Callable[[list[str]], Subscriber] | None = None,
+        poll_ms: int = 50,
+        max_batch: int = 1024,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.endpoints = list(endpoints)
+        self.state = state or MonitorState()
+        self._factory = subscriber_factory or (lambda eps: Subscriber(eps))
+        self._poll_ms = poll_ms
+        self._max_batch = max_batch
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._sub: Subscriber | None = None
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None  # set if the worker died; shown by the UI
+        self.batches = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> Feed:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="eagle3-top-feed", daemon=True)
+            self._thread.start()
+            self._ready.wait(5.0)
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- worker ----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            sub = self._factory(self.endpoints)  # zmq sockets live and die in this thread
+        except Exception as exc:
+            self.error = f"cannot subscribe: {type(exc).__name__}: {exc}"
+            self._ready.set()
+            return
+        self._sub = sub
+        self._ready.set()
+        state, lock, clock = self.state, self._lock, self._clock
+        decode_frame, count_malformed = sub.decode_frame, sub.count_malformed
+        try:
+            while not self._stop.is_set():
+                frames = sub.recv_frames(self._poll_ms, self._max_batch)
+                if not frames:
+                    continue
+                # decode outside the lock (the Subscriber's counters are only written by this
+                # thread; the UI copies them with single C-level calls), fold in under it.
+                events = [ev for ev in map(decode_frame, frames) if ev is not None]
+                with lock:
+                    state.ingest(events, clock(), count_malformed)
+                    self.batches += 1
+        except Exception as exc:  # keep the UI alive and say why the numbers stopped
+            self.error = f"receive worker stopped: {type(exc).__name__}: {exc}"
+            log.exception("feed worker stopped")
+        finally:
+            with lock:
+                self._sub = None
+            try:
+                sub.close()
+            except Exception:
+                pass
+
+    # -- UI side ---------------------------------------------------------------------------------
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        now = self._clock() if now is None else now
+        with self._lock:
+            sub = self._sub
+            if sub is None:
+                return self.state.snapshot(now, endpoints={ep: "closed" for ep in self.endpoints})
+            transport = {k: (c.received, c.missed) for k, c in list(sub.sources.items())}
+            return self.state.snapshot(
+                now,
+                transport=transport,
+                endpoints=dict(sub.endpoints),
+                malformed=sub.malformed,
+                last_malformed=sub.last_malformed,
+                unknown_kinds=sub.unknown_kinds,
+                frames=sub.frames,
+                nbytes=sub.bytes,
+            )

@@ -1,0 +1,55 @@
+"""Findings for the selected source (tracer.diagnose): code, severity and the one-line message."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from .model import SourceSnapshot
+
+_STYLE = {"error": ("✖", "bold red"), "warning": ("▲", "bold yellow"), "info": ("•", "cyan")}
+
+
+def render_findings(src: SourceSnapshot | None, lines: int, has_manifest: bool) -> Text:
+    t = Text(no_wrap=True, overflow="ellipsis")
+    if src is None or src.hello is None:
+        t.append("findings ", style="bold underline")
+        t.append("waiting for a hello", style="dim")
+        return t
+    if src.findings_error:
+        t.append("findings ", style="bold underline")
+        t.append(src.findings_error, style="red")
+        return t
+    if not src.findings:
+        t.append("findings ", style="bold underline")
+        t.append("none", style="green")
+        if not has_manifest:
+            t.append(" (no training manifest: structural checks only; --manifest adds the rest)", style="dim")
+        return t
+    shown = src.findings if len(src.findings) <= lines else src.findings[: lines - 1]
+    for i, f in enumerate(shown):
+        if i:
+            t.append("\n")
+        sev = getattr(f, "severity", "info")
+        mark, style = _STYLE.get(sev, ("•", ""))
+        t.append(f"{mark} {getattr(f, 'code', '?')} ", style=style)
+        t.append(str(getattr(f, "message", "")))
+        fix = getattr(f, "fix", "")
+        if fix:
+            t.append(f" → {fix}", style="dim")
+    if len(shown) < len(src.findings):
+        t.append(
+            f"\n… {len(src.findings) - len(shown)} more finding(s); `eagle3-top check` lists all", style="dim"
+        )
+    return t
+
+
+class FindingsPanel(Static):
+    def __init__(self, has_manifest: bool = False, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.has_manifest = has_manifest
+
+    def update_from(self, src: SourceSnapshot | None) -> None:
+        n = len(src.findings) if src is not None else 0
+        self.styles.height = max(1, min(3, n)) + 1  # + the border line
+        self.update(render_findings(src, 3, self.has_manifest))

@@ -1,0 +1,60 @@
+"""Small text helpers shared by the widgets (Rich Text building, bars, numbers)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+_VBLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def hbar(frac: float, width: int) -> str:
+    """A horizontal bar of ``width`` cells filled to ``frac`` (0..1), with eighth-cell resolution."""
+    width = max(0, width)
+    frac = 0.0 if frac != frac else min(max(frac, 0.0), 1.0)  # NaN -> 0
+    eighths = int(round(frac * width * 8))
+    full, part = divmod(eighths, 8)
+    s = "█" * full
+    if part and full < width:
+        s += _EIGHTHS[part]
+    return s.ljust(width)
+
+
+def vblock(level: float) -> str:
+    """One cell of a vertical bar filled to ``level`` (0..1)."""
+    level = min(max(level, 0.0), 1.0)
+    return _VBLOCKS[int(round(level * 8))]
+
+
+def num(x: Any, fmt: str = "{:,.1f}") -> str:
+    if isinstance(x, bool) or x is None:
+        return "—"
+    if isinstance(x, (int, float)):
+        return fmt.format(x)
+    return str(x)
+
+
+def get(d: Mapping[str, Any] | None, *path: str) -> Any:
+    """Nested lookup that tolerates missing keys and non-map values (hello fields may be absent)."""
+    cur: Any = d
+    for p in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(p)
+    return cur
+
+
+def short(s: Any, width: int) -> str:
+    s = "" if s is None else str(s)
+    if len(s) <= width:
+        return s
+    return "…" + s[-(width - 1) :] if width > 1 else s[:width]
+
+
+def layers(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return str(v)

@@ -1,0 +1,58 @@
+"""Per-position acceptance bars: unconditional and conditional side by side."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from .fmt import hbar
+from .model import SourceSnapshot
+
+
+def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Text:
+    t = Text(no_wrap=True, overflow="crop")
+    t.append("per position  ", style="bold underline")
+    t.append("uncond", style="cyan")
+    t.append(" │ ", style="dim")
+    t.append("cond", style="magenta")
+    t.append(" (given i-1)\n", style="dim")
+    if src is None or src.summary.request_steps == 0:
+        t.append("no steps yet", style="dim")
+        return t
+    unc, con = src.summary.unconditional, src.summary.conditional
+    npos = len(unc)
+    rows = max(1, height - 1)
+    # One column of positions when they fit, else two side by side (column-major), else truncate.
+    ncols = 1 if npos <= rows else 2
+    per_col = -(-npos // ncols)
+    shown_rows = min(per_col, rows)
+    colw = width // ncols
+    # "  1 " + bar + " 0.82" + " │ " + bar + " 0.91" (+ 2 spaces between columns)
+    bw = max(2, (colw - 4 - 5 - 3 - 5 - (2 if ncols > 1 else 0)) // 2)
+    for r in range(shown_rows):
+        for c in range(ncols):
+            i = c * per_col + r
+            if i >= npos:
+                break
+            if c:
+                t.append("  ")
+            t.append(f"{i + 1:>3} ", style="dim")
+            t.append(hbar(float(unc[i]), bw), style="cyan")
+            t.append(f" {unc[i]:.2f}"[-5:])
+            t.append(" │ ", style="dim")
+            t.append(hbar(float(con[i]), bw), style="magenta")
+            t.append(f" {con[i]:.2f}"[-5:])
+        if r < shown_rows - 1:
+            t.append("\n")
+    hidden = npos - min(npos, shown_rows * ncols)
+    if hidden > 0:
+        t.append(f"  … {hidden} more", style="dim")
+    return t
+
+
+class PositionBars(Static):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+
+    def update_from(self, src: SourceSnapshot | None) -> None:
+        self.update(render_positions(src, self.size.width or 48, self.size.height or 12))

@@ -1,0 +1,109 @@
+"""Sources table: one row per publishing source (engine rank), updated cell by cell."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from .fmt import get
+from .model import Snapshot, SourceSnapshot
+
+COLUMNS = (
+    ("source", "source"),
+    ("state", "state"),
+    ("acc_len", "acc len"),
+    ("rate", "rate"),
+    ("steps", "steps/s"),
+    ("tok", "tok/s"),
+    ("missed", "missed/drop"),
+)
+
+_NO_SOURCE = "__no_source__"
+
+
+def source_state(src: SourceSnapshot, snap: Snapshot) -> Text:
+    """Endpoint state when it says something is wrong, else live / stale."""
+    if len(snap.endpoints) == 1:
+        ep_state = snap.endpoints[0][1]
+        if ep_state not in ("connected",):
+            return Text(ep_state, style="bold red" if "down" in ep_state or "fail" in ep_state else "yellow")
+    if src.stale:
+        return Text(f"stale {src.age_s:.0f}s", style="bold yellow")
+    if get(src.health, "disabled"):
+        return Text("tracer disabled", style="bold red")
+    return Text("live", style="green")
+
+
+class SourcesTable(DataTable):
+    """Keyed rows; only changed cells are rewritten, so the cursor and scroll stay put."""
+
+    DEFAULT_CSS = ""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._cells: dict[tuple[str, str], str] = {}
+
+    def on_mount(self) -> None:
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+
+    def selected_key(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+        return None if key == _NO_SOURCE else key
+
+    def _set_row(self, key: str, values: list[Text | str]) -> None:
+        if key not in self.rows:
+            self.add_row(*values, key=key)
+            for (ck, _), v in zip(COLUMNS, values, strict=True):
+                self._cells[(key, ck)] = str(v)
+            return
+        for (ck, _), v in zip(COLUMNS, values, strict=True):
+            sv = str(v) + (v.style if isinstance(v, Text) and isinstance(v.style, str) else "")
+            if self._cells.get((key, ck)) != sv:
+                self._cells[(key, ck)] = sv
+                self.update_cell(key, ck, v, update_width=True)
+
+    def update_from(self, snap: Snapshot) -> None:
+        if not snap.sources:
+            eps = ", ".join(f"{ep} {st}" for ep, st in snap.endpoints) or "no endpoint"
+            state = snap.endpoints[0][1] if len(snap.endpoints) == 1 else "waiting"
+            style = "bold red" if "down" in state or "fail" in state else "yellow"
+            self._set_row(
+                _NO_SOURCE,
+                [
+                    Text("(no source yet)", style="dim"),
+                    Text(state, style=style),
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    Text(eps, style="dim"),
+                ],
+            )
+            return
+        if _NO_SOURCE in self.rows:
+            self.remove_row(_NO_SOURCE)
+            self._cells = {k: v for k, v in self._cells.items() if k[0] != _NO_SOURCE}
+        for src in snap.sources:
+            s = src.summary
+            dropped = get(src.health, "dropped")
+            missed = f"{src.missed}/{dropped if isinstance(dropped, int) else '—'}"
+            bad = src.missed or (isinstance(dropped, int) and dropped)
+            have = s.request_steps > 0
+            self._set_row(
+                src.key,
+                [
+                    Text(src.name, overflow="ellipsis", no_wrap=True),
+                    source_state(src, snap),
+                    Text(f"{s.mean_accept_length:.2f}" if have else "—", style="bold"),
+                    f"{s.accept_rate:.1%}" if have else "—",
+                    f"{s.steps_per_s:,.1f}",
+                    f"{s.tokens_per_s:,.0f}",
+                    Text(missed, style="red" if bad else ""),
+                ],
+            )
