@@ -12,6 +12,7 @@ USAGE = """\
 eagle3-top [--manifest M] [ENDPOINT ...]   live monitor (default tcp://127.0.0.1:5557)
 eagle3-top check ENDPOINT --manifest M     headless verdict for a deploy pipeline (exit 0/1/2)
 eagle3-top manifest build|show ...         the training manifest
+eagle3-top probe --server URL --endpoint E --manifest M   replay training samples, compare aux rows
 eagle3-top toy [...]                       run the built-in EAGLE-3 engine and publish its trace
 eagle3-top demo                            two built-in engines (healthy, mis-wired) + the monitor
 """
@@ -170,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_check(args[1:])
     if cmd == "manifest":
         return cmd_manifest(args[1:])
+    if cmd == "probe":
+        from .probe_cmd import main as probe_main
+
+        return probe_main(args[1:])
     ns = live_parser().parse_args(args)
     if ns.version:
         from eagle3_top.tracer import __version__

@@ -100,7 +100,7 @@ class ToyEagle3Model(nn.Module):
         self.layers = nn.ModuleList([Eagle3DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, input_ids, hidden_states, cache: KVCache | None, lens):
+    def forward(self, input_ids, hidden_states, cache: KVCache, lens):
         """Returns ``(normed [B,T,H], prenorm [B,T,H])``. ``fc`` runs only when the incoming width
         differs from the embedding width (SGLang: draft-extend with target aux states)."""
         cfg = self.config
@@ -118,6 +118,8 @@ class ToyEagle3Model(nn.Module):
 
 class ToyEagle3Draft(nn.Module):
     """The draft (``LlamaForCausalLMEagle3``-like)."""
+
+    d2t: torch.Tensor  # registered buffer (nn.Module.__getattr__ is typed ``Tensor | Module``)
 
     def __init__(self, cfg: ToyEagle3Config):
         super().__init__()

@@ -142,7 +142,7 @@ class ToyEagle3Engine:
         self.prompt_len = prompt_len
         if prompts is not None:
             self._prompts = iter(prompts.tolist())
-            self._remaining = prompts.shape[0]
+            self._remaining: int | None = prompts.shape[0]
         else:
             self._prompts = prompt_stream(prompt_len, seed)
             self._remaining = num_prompts
@@ -152,6 +152,7 @@ class ToyEagle3Engine:
         self.num_steps_done = 0
         self.stats = {"verify_steps": 0, "request_steps": 0, "accept_len_sum": 0, "tokens": 0}
         N = effective.num_draft_tokens
+        assert N is not None  # resolve_spec_args always sets it (or raises)
         self._ar_n = torch.arange(N)
         self._next_tok = torch.cat([torch.arange(1, N), torch.tensor([-1])])
         self._max_len = prompt_len + max_new_tokens + N + 2
@@ -211,6 +212,7 @@ class ToyEagle3Engine:
         draft's own hidden output (run ``num_steps - 1`` times). SGLang's ``EagleDraftWorker.draft``;
         named ``run_draft`` here because ``engine.draft`` is the draft model."""
         S, N = self.spec.num_steps, self.spec.num_draft_tokens
+        assert S is not None and N is not None  # resolved in __init__
         bs = self.C.shape[0]
         base = self.C - 1  # draft cache length == positions already drafted over
         root = self.tokens.gather(1, base[:, None])
@@ -238,6 +240,7 @@ class ToyEagle3Engine:
     def verify(self, batch: ScheduleBatch) -> GenerationBatchResult:
         """Target forward over the chain (root + proposals) and greedy acceptance."""
         vi = batch.spec_info
+        assert vi is not None  # set by run_draft
         N = vi.draft_token_num
         bs = len(batch.reqs)
         tokens = vi.draft_token.view(bs, N)
@@ -344,7 +347,7 @@ class ToyEagle3Engine:
             if on_step is not None:
                 on_step(self, res)
         dt = time.perf_counter() - t0
-        out = dict(self.stats)
+        out: dict[str, float] = dict(self.stats)
         out["seconds"] = dt
         out["mean_accept_length"] = self.mean_accept_length()
         return out

@@ -15,6 +15,7 @@ import argparse
 import gzip
 import os
 import sys
+from typing import IO, cast
 
 import torch
 
@@ -97,7 +98,7 @@ def generate(
             path = os.path.join(d, f"data_{idx}.ckpt")
             if compress:
                 with gzip.open(path + ".gz", "wb") as f:
-                    torch.save(sample, f)
+                    torch.save(sample, cast(IO[bytes], f))  # GzipFile is a binary file object
             else:
                 torch.save(sample, path)
             written += 1

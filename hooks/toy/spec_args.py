@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 ALGORITHMS = ("EAGLE3", "EAGLE")
 TOPK1_REASON = "topk=1 forces num_draft_tokens = num_steps + 1"
@@ -50,14 +51,17 @@ class ServerArgs:
 
     @property
     def speculative_num_steps(self) -> int:
+        assert self.effective.num_steps is not None  # set by resolve_spec_args
         return self.effective.num_steps
 
     @property
     def speculative_eagle_topk(self) -> int:
+        assert self.effective.topk is not None  # set by resolve_spec_args
         return self.effective.topk
 
     @property
     def speculative_num_draft_tokens(self) -> int:
+        assert self.effective.num_draft_tokens is not None  # set by resolve_spec_args
         return self.effective.num_draft_tokens
 
 
@@ -126,7 +130,8 @@ def read_eagle_config(draft_dir: str) -> tuple[bool, list[int] | None]:
     cfg = _load_json(draft_dir) or {}
     use_aux = True
     try:
-        eagle_config = cfg.get("eagle_config", None)
+        # arbitrary JSON: a missing/non-dict value fails below and is swallowed, as in SGLang
+        eagle_config: Any = cfg.get("eagle_config", None)
         use_aux = eagle_config.get("use_aux_hidden_state", True)
         ids = eagle_config["eagle_aux_hidden_state_layer_ids"]
     except Exception:

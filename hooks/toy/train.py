@@ -24,7 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .draft import ToyEagle3Config, ToyEagle3Draft
+from .draft import Eagle3DecoderLayer, ToyEagle3Config, ToyEagle3Draft
 from .model import ToyLlamaConfig, ToyLlamaForCausalLM
 from .workload import make_sequences, sequence_stream
 
@@ -107,13 +107,15 @@ def ttt_forward(draft: ToyEagle3Draft, embed, aux, x, steps: int = 3):
     positions <= p plus its own row's keys from steps 1..k. Returns a list of draft-vocab logits."""
     B, T, _ = aux.shape
     layer = draft.model.layers[0]
+    assert isinstance(layer, Eagle3DecoderLayer)  # ModuleList indexing is typed as plain Module
     attn = layer.self_attn
     nh, hd = attn.heads, attn.head_dim
     from .model import apply_rope, rope_cos_sin
 
     h = draft.model.fc(aux)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    K0 = V0 = None
+    K0: torch.Tensor | None = None
+    V0: torch.Tensor | None = None
     Ks, Vs, outs = [], [], []
     for k in range(steps):
         ids = F.pad(x[:, 1 + k :], (0, 1 + k))
@@ -128,6 +130,7 @@ def ttt_forward(draft: ToyEagle3Draft, embed, aux, x, steps: int = 3):
             K0, V0 = kk, v
             o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
         else:
+            assert K0 is not None and V0 is not None  # set at k == 0
             Ks.append(kk)
             Vs.append(v)
             s0 = (q @ K0.transpose(-1, -2)) / math.sqrt(hd)
@@ -162,8 +165,9 @@ def eval_draft(draft, embed, x, aux, labels, t2d, prompt_len, steps=3):
     T = x.shape[1]
     valid = torch.zeros(T, dtype=torch.bool)
     valid[prompt_len - 1 : T - steps - 1] = True
-    acc, chain = [], torch.ones(x.shape[0], valid.sum(), dtype=torch.bool)
-    sim = torch.ones(x.shape[0], valid.sum())
+    n_valid = int(valid.sum())
+    acc, chain = [], torch.ones(x.shape[0], n_valid, dtype=torch.bool)
+    sim = torch.ones(x.shape[0], n_valid)
     for k in range(steps):
         ok = (outs[k].argmax(-1) == ys[k])[:, valid]
         acc.append(ok.float().mean().item())
@@ -219,6 +223,7 @@ def train_draft(
             (0.8**k) * F.cross_entropy(o.reshape(-1, Dv), y.reshape(-1), ignore_index=-100)
             for k, (o, y) in enumerate(zip(outs, ys, strict=True))
         )
+        assert isinstance(loss, torch.Tensor)  # outs is non-empty, so sum() is never the int 0
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -74,7 +74,7 @@ def make_sequence(length: int, r: random.Random) -> list[int]:
     return out[:length]
 
 
-def make_sequences(n: int, length: int, seed: int) -> torch.LongTensor:
+def make_sequences(n: int, length: int, seed: int) -> torch.Tensor:
     r = random.Random(seed)
     return torch.tensor([make_sequence(length, r) for _ in range(n)], dtype=torch.long)
 
@@ -97,7 +97,7 @@ def prompt_stream(length: int = 48, seed: int = 0):
         yield make_sequence(length, r)
 
 
-def make_prompts(n: int, length: int = 48, seed: int = 0) -> torch.LongTensor:
+def make_prompts(n: int, length: int = 48, seed: int = 0) -> torch.Tensor:
     """The engine's default workload: ``n`` prompts of ``length`` tokens (``[n, length]``)."""
     it = prompt_stream(length, seed)
     return torch.tensor([next(it) for _ in range(n)], dtype=torch.long)
