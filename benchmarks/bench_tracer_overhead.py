@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(
         f"  traced     {r['traced_steps_per_s']:8.1f} verify steps/s  ({r['events_received']} events received, {r['events_dropped']} dropped)"
     )
-    print(f"  traced / untraced: {r['median_pair_ratio']:.3f} median of paired rounds, {r['ratio']:.3f} overall  (target >= 0.97)")
+    print(
+        f"  traced / untraced: {r['median_pair_ratio']:.3f} median of paired rounds, {r['ratio']:.3f} overall  (target >= 0.97)"
+    )
     return r
 
 

@@ -12,7 +12,7 @@ In this process we measure, one after the other in the same run:
 It reports events/s for both, their ratio, events missed (sequence holes), and the receive lag
 (receiver wall clock minus the publisher's event timestamp, same host).
 
-    python benchmarks/bench_tui_ingest.py [--seconds 5] [--batch 64] [--n 16] [--rate 10000]
+    python -m benchmarks.bench_tui_ingest [--seconds 5] [--batch 64] [--n 16] [--rate 10000]
 """
 
 from __future__ import annotations
@@ -173,14 +173,14 @@ def run_one(kind: str, seconds: float, batch: int, n: int, rate: float = 0.0) ->
     return res
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--rate", type=float, default=0.0, help="pace the publisher (events/s); 0 = flood")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     raw = run_one("raw", args.seconds, args.batch, args.n, args.rate)
     tui = run_one("tui", args.seconds, args.batch, args.n, args.rate)
     out = {

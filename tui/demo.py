@@ -41,8 +41,9 @@ def bundled_paths() -> dict[str, str]:
     return paths
 
 
-def start_engines(rate: float, log_dir: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
-    paths = bundled_paths()
+def start_engines(
+    paths: dict[str, str], rate: float, log_dir: str
+) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     procs, endpoints = [], []
     for name, draft_key in ENGINES:
         endpoint = f"tcp://127.0.0.1:{free_port()}"
@@ -56,6 +57,27 @@ def start_engines(rate: float, log_dir: str) -> tuple[list[subprocess.Popen[byte
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         endpoints.append(endpoint)
     return procs, endpoints
+
+
+def start_manifest_build(paths: dict[str, str], work_dir: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Training data from the built-in target, then its manifest: what a user would build for the
+    bundled draft. Runs beside the engines' start-up, a few seconds."""
+    data, out = os.path.join(work_dir, "hidden_states"), os.path.join(work_dir, "manifest.json")
+    cli = [sys.executable, "-m", "eagle3_top.tui.cli"]
+    script = " && ".join(
+        subprocess.list2cmdline(c)
+        for c in (
+            [*cli, "toy", "gen-data", "--out", data, "--num-samples", "16"],
+            [*cli, "manifest", "build", "--draft", paths["draft"], "--data", data,
+             "--target-config", paths["target"],
+             "--metrics", os.path.join(paths["draft"], "training_metrics.json"), "--out", out],
+        )
+    )  # fmt: skip
+    log = open(os.path.join(work_dir, "manifest.log"), "wb")
+    proc = subprocess.Popen(
+        script, shell=True, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
+    return proc, out
 
 
 def stop_engines(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -72,9 +94,12 @@ def stop_engines(procs: list[subprocess.Popen[bytes]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="eagle3-top demo", description=__doc__)
     ap.add_argument("--rate", type=float, default=40.0, help="verify steps per second per engine")
+    ap.add_argument("--no-manifest", action="store_true", help="skip building the training manifest")
     ns = ap.parse_args(argv)
     log_dir = tempfile.mkdtemp(prefix="eagle3-top-demo-")
-    procs, endpoints = start_engines(ns.rate, log_dir)
+    paths = bundled_paths()
+    builder = None if ns.no_manifest else start_manifest_build(paths, log_dir)
+    procs, endpoints = start_engines(paths, ns.rate, log_dir)
     atexit.register(stop_engines, procs)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -84,8 +109,24 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     from .app import run_app
 
+    manifest = None
+    if builder is not None:
+        from eagle3_top.tracer.manifest import ManifestError, load_manifest
+
+        proc, path = builder
+        print("eagle3-top demo: building the training manifest of the bundled draft ...", flush=True)
+        try:
+            if proc.wait(timeout=120) == 0:
+                manifest = load_manifest(path)
+        except (subprocess.TimeoutExpired, ManifestError):
+            proc.kill()
+        if manifest is None:
+            print(
+                f"eagle3-top demo: no manifest (see {log_dir}/manifest.log); structural checks only",
+                flush=True,
+            )
     try:
-        run_app(endpoints, title="eagle3-top demo — healthy vs ids-not-read")
+        run_app(endpoints, title="eagle3-top demo — healthy vs ids-not-read", manifest=manifest)
     finally:
         stop_engines(procs)
     print(f"eagle3-top demo: engine logs in {log_dir}")

@@ -1,0 +1,29 @@
+"""Every benchmark, one after the other: `make bench` (or `python -m benchmarks.run_all`).
+
+Each prints its own figures and the ratio against its baseline measured in the same run.
+`--quick` shortens the long ones (fewer manifest files, shorter ingest windows).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks import bench_encode, bench_manifest, bench_publisher, bench_tracer_overhead, bench_tui_ingest
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ns = ap.parse_args(argv)
+    bench_encode.main()
+    bench_publisher.main()
+    bench_tracer_overhead.main(["--rounds", "20"] if ns.quick else [])
+    print("# bench_tui_ingest: flood, then paced at 10,000 events/s")
+    secs = "2" if ns.quick else "5"
+    bench_tui_ingest.main(["--seconds", secs])
+    bench_tui_ingest.main(["--seconds", secs, "--rate", "10000"])
+    bench_manifest.main(["--files", "1000" if ns.quick else "10000"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""End to end in a real terminal: `eagle3-top demo` in tmux at 100x30, read back from the screen."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+def _screen(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
+
+
+def _wait_for(session: str, pattern: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _screen(session)
+        if re.search(pattern, screen):
+            return screen
+        time.sleep(0.5)
+    raise AssertionError(f"{pattern!r} not on screen after {timeout}s:\n{screen}")
+
+
+def _engines_of(pid_tag: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-f", pid_tag], capture_output=True, text=True).stdout
+    return out.split()
+
+
+def test_demo_shows_the_bug_next_to_the_healthy_engine_and_quits_cleanly() -> None:
+    session = f"e3t-{uuid.uuid4().hex[:8]}"
+    cmd = f"{sys.executable} -m eagle3_top.tui.cli demo --rate 30"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd], check=True)
+    try:
+        screen = _wait_for(session, r"(?s)toy\s+live.*toy\s+live", 60)
+        # two sources, one near the 4.0 ceiling and one near 1
+        _wait_for(session, r"live\s+3\.\d\d", 30)
+        screen = _wait_for(session, r"live\s+1\.\d\d", 30)
+        lengths = [float(x) for x in re.findall(r"toy\s+live\s+(\d\.\d\d)", screen)]
+        assert max(lengths) >= 2.5 and min(lengths) <= 1.6, screen
+        # the selected source's findings: walk the sources until the mis-wired one shows its layer map
+        for _ in range(3):
+            if "LAYER_MAP_MISMATCH" in _screen(session):
+                break
+            subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
+            time.sleep(1.5)
+        screen = _screen(session)
+        assert "LAYER_MAP_MISMATCH" in screen and "LAYER" in screen, screen
+        demo_pids = _engines_of(f"{sys.executable} -m eagle3_top.tui.cli toy --publish")
+        assert len(demo_pids) >= 2
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(p in _engines_of("eagle3_top.tui.cli toy") for p in demo_pids):
+            time.sleep(0.3)
+        assert not any(p in _engines_of("eagle3_top.tui.cli toy") for p in demo_pids), "engines left running"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
