@@ -29,7 +29,6 @@ def ensure_files(directory: str, n: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     import torch
-
     from eagle3_top.hooks.toy.paths import draft_dir, target_dir
     from eagle3_top.tracer.manifest import build_manifest
 
