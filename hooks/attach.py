@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 from eagle3_top.tracer.deferred import Deferred, HostCopy
-from eagle3_top.tracer.events import AUX, STEP, step_body
+from eagle3_top.tracer.events import AUX, PROBE, STEP, step_body
 from eagle3_top.tracer.fingerprint import fingerprint
+from eagle3_top.tracer.probe import is_probe_rid, probe_body
 from eagle3_top.tracer.publisher import Publisher
 
 log = logging.getLogger("eagle3_top.hooks")
@@ -92,7 +93,7 @@ class DeferredStep(Deferred):
 class Tracer:
     """Feeds one publisher from an engine's hooks; never raises into the engine."""
 
-    def __init__(self, publisher: Publisher, *, aux_interval_s: float = 0.2, max_errors: int = 20) -> None:
+    def __init__(self, publisher: Publisher, *, aux_interval_s: float = 0.5, max_errors: int = 20) -> None:
         self.publisher = publisher
         self.aux_interval_s = aux_interval_s
         self.max_errors = max_errors
@@ -167,6 +168,42 @@ class Tracer:
         width = self._slot_width or hidden.shape[-1]
         fp = fingerprint(hidden, max(hidden.shape[-1] // width, 1))
         self.publisher.publish(AUX, _AuxBody(self.steps, where, fp))
+
+    @staticmethod
+    def is_probe(rid: Any) -> bool:
+        """Requests marked as probes (``tracer.probe.PROBE_MARKER`` in the rid) get their rows published."""
+        return is_probe_rid(rid)
+
+    def record_probe(self, rid: str, rows: Any, input_ids: Any, offset: int = 0) -> None:
+        """A probe request's prefill aux rows ``[rows, slots * hidden]`` (the draft's ``fc`` input) and
+        the prompt ids they belong to, from prompt position ``offset``. Starts copies only."""
+        width = self._slot_width or rows.shape[-1]
+        self.publisher.publish(PROBE, DeferredProbe(str(rid), rows, input_ids, width, int(offset)))
+
+
+class DeferredProbe(Deferred):
+    """A probe request's prefill aux rows on their way to the host; cut into a body on the sender."""
+
+    __slots__ = ("rid", "slot_width", "offset", "_rows", "_ids")
+
+    def __init__(self, rid: str, rows: Any, input_ids: Any, slot_width: int, offset: int) -> None:
+        self.rid, self.slot_width, self.offset = rid, slot_width, offset
+        self._rows = HostCopy(rows)
+        self._ids = input_ids if isinstance(input_ids, (list, tuple, np.ndarray)) else HostCopy(input_ids)
+
+    def resolve(self) -> dict[str, Any]:
+        rows = self._rows.resolve()
+        ids = self._ids.resolve() if isinstance(self._ids, HostCopy) else np.asarray(self._ids)
+        width = rows.shape[-1]
+        slot_width = self.slot_width if self.slot_width and width % self.slot_width == 0 else width
+        return probe_body(
+            rid=self.rid,
+            rows=rows.reshape(-1, width),
+            slots=width // slot_width,
+            slot_width=slot_width,
+            offset=self.offset,
+            input_ids=ids,
+        )
 
 
 class _AuxBody(Deferred):

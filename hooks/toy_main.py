@@ -27,6 +27,19 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
     p.add_argument("--show-paths", action="store_true", help="print the bundled model directories and exit")
     p.add_argument("--max-steps-per-s", type=float, default=None, help="throttle verify steps (demo pacing)")
     p.add_argument("--rank", type=int, default=0, help="engine rank reported in the source id")
+    p.add_argument(
+        "--http",
+        type=int,
+        metavar="PORT",
+        help="serve SGLang's /generate (input_ids) on 127.0.0.1:PORT and run only those requests "
+        "(0 = any free port)",
+    )
+    p.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        help="longest prompt + completion accepted over HTTP (default: the target's max_position_embeddings)",
+    )
     add_toy_arguments(p)
     return p
 
@@ -95,11 +108,32 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 next_t = time.perf_counter()
 
+    if ns.context_length is not None:
+        engine.context_length = ns.context_length
+    front = None
+    if ns.http is not None:
+        from .toy.http_front import ToyHTTPFront
+
+        try:
+            front = ToyHTTPFront(engine, ns.http).start()
+        except (OSError, ValueError) as exc:
+            print(f"eagle3-top toy: cannot serve HTTP on 127.0.0.1:{ns.http}: {exc}", file=sys.stderr)
+            if publisher is not None:
+                publisher.close()
+            return 2
+        print(f"eagle3-top toy: serving /generate on {front.url}", file=sys.stderr, flush=True)
+
     try:
+        if front is not None:
+            while not stop:  # only HTTP requests: batch what is queued, run it, repeat
+                front.serve_once(engine, 0.1, on_step=on_step)
+            raise KeyboardInterrupt
         summary = engine.run(max_steps=ns.max_steps, on_step=on_step)
     except KeyboardInterrupt:
         summary = {"mean_accept_length": engine.mean_accept_length(), **engine.stats}
     finally:
+        if front is not None:
+            front.close()
         if publisher is not None:
             publisher.close()
     print(

@@ -81,7 +81,12 @@ def toy_hello(engine: Any) -> dict[str, Any]:
 
 
 def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
-    """Wrap ``engine.verify`` and hook ``draft.model.fc``; returns a function that detaches both."""
+    """Wrap ``engine.verify`` and ``engine.prefill`` and hook ``draft.model.fc``; returns a function
+    that detaches all three.
+
+    Probe capture: while the wrapped ``prefill`` runs, the ``fc`` pre-hook sees the prefill
+    draft-extend input ``[bs, L, K*H]`` (the toy prefills whole prompts, no prefix cache) and
+    publishes the rows of requests whose rid carries the probe marker, one event per request."""
     tracer.set_slot_width(engine.target.config.hidden_size)
     tracer.publisher.set_hello(toy_hello(engine))
     original = engine.verify
@@ -106,16 +111,42 @@ def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
         after_verify(batch, result, time.perf_counter() - t0)
         return result
 
+    original_prefill = engine.prefill
+    prefilling: list[tuple[Any, Any]] = []  # (batch, prompts) while a prefill with probes runs
+
+    def prefill(batch: Any, prompts: Any) -> Any:
+        has_probe = any(tracer.is_probe(r.rid) for r in batch.reqs)
+        if not has_probe or not tracer.enabled:
+            return original_prefill(batch, prompts)
+        prefilling.append((batch, prompts))
+        try:
+            return original_prefill(batch, prompts)
+        finally:
+            prefilling.clear()
+
+    @tracer.guarded
+    def record_prefill_probes(rows: Any) -> None:
+        batch, prompts = prefilling.pop()
+        if rows.dim() != 3 or rows.shape[0] != len(batch.reqs):
+            return  # a layout we do not know: skip, do not guess
+        for i, req in enumerate(batch.reqs):
+            if tracer.is_probe(req.rid):
+                tracer.record_probe(req.rid, rows[i], prompts[i], offset=0)
+
     @tracer.guarded
     def fc_pre_hook(module: Any, args: tuple[Any, ...]) -> None:
+        if prefilling:
+            record_prefill_probes(args[0])
         if tracer.want_aux():
             tracer.record_aux(args[0])
 
     engine.verify = verify
+    engine.prefill = prefill
     handle = engine.draft.model.fc.register_forward_pre_hook(fc_pre_hook)
 
     def detach() -> None:
         handle.remove()
         engine.verify = original
+        engine.prefill = original_prefill
 
     return detach

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux
 
 
 def _screen(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True
+    ).stdout
 
 
 def _wait_for(session: str, pattern: str, timeout: float) -> str:
@@ -58,7 +60,9 @@ def test_demo_shows_the_bug_next_to_the_healthy_engine_and_quits_cleanly() -> No
         assert len(demo_pids) >= 2
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(p in _engines_of("eagle3_top.tui.cli toy") for p in demo_pids):
+        while time.monotonic() < deadline and any(
+            p in _engines_of("eagle3_top.tui.cli toy") for p in demo_pids
+        ):
             time.sleep(0.3)
         assert not any(p in _engines_of("eagle3_top.tui.cli toy") for p in demo_pids), "engines left running"
     finally:

@@ -78,3 +78,36 @@ def test_cuda_path_adds_no_host_sync() -> None:
     fp = pending.resolve()
     ref = fingerprint_now(x.float().cpu(), 3)
     np.testing.assert_allclose(fp["rms"], ref["rms"], rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("shape", [(37, 3, 100), (1024, 3, 7168), (300, 2, 4096)])
+def test_fused_cuda_path_agrees_with_the_torch_path(shape: tuple[int, int, int]) -> None:
+    from eagle3_top.tracer import fingerprint_cuda
+    from eagle3_top.tracer.fingerprint import _raw_stats, _sketch_on
+
+    if not fingerprint_cuda.available():
+        pytest.skip(f"triton unavailable: {fingerprint_cuda._failed}")
+    torch.manual_seed(0)
+    x = torch.randn(*shape, device="cuda").to(torch.bfloat16)
+    x[3, 1, 5] = float("nan")
+    x[20, 0, 7] = float("inf")
+    x[-1, -1, -1] = -float("inf")
+    sk = _sketch_on(x.device, shape[2])
+    fused = fingerprint_cuda._launch(x, sk, fingerprint_cuda.CONFIG).cpu().numpy()
+    ref = _raw_stats(x).cpu().numpy()
+    np.testing.assert_allclose(fused, ref, rtol=2e-3, atol=2e-2 * max(1.0, shape[0] / 100))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_copy_reuses_pinned_buffers() -> None:
+    from eagle3_top.tracer.deferred import PINNED, HostCopy
+
+    t = torch.arange(10, device="cuda")
+    HostCopy(t).resolve()
+    before = PINNED.allocated
+    for i in range(5):
+        np.testing.assert_array_equal(HostCopy(t + i).resolve(), np.arange(10) + i)
+    assert PINNED.allocated == before

@@ -3,10 +3,16 @@
 On CUDA the serving path only *starts* a non-blocking copy into pinned host memory and records an
 event; the sender thread waits on that event. The forward pass never waits for the device. torch is
 imported lazily: this module is part of the tracer, which a laptop without torch also imports.
+
+Pinned buffers come from a small pool (``_PinnedPool``): allocating pinned memory per tensor per
+step costs a ``cudaHostAlloc`` each time (tens of µs, and it can serialise with the device). A
+buffer goes back to the pool once its copy has been waited for and its contents copied out.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from typing import Any
 
 
@@ -21,27 +27,95 @@ class Deferred:
         raise NotImplementedError
 
 
-class HostCopy(Deferred):
-    """A tensor on its way to host memory; ``resolve()`` returns it as a numpy array."""
+class _PinnedPool:
+    """Reusable pinned host buffers (with their CUDA event), keyed by dtype and power-of-two size.
 
-    __slots__ = ("_host", "_event")
+    ``take`` runs on the serving thread, ``give`` on the sender thread; deque append/pop are atomic.
+    At most ``keep`` free buffers are kept per key; a buffer never given back (an event dropped from
+    a full queue) is simply garbage collected.
+    """
 
-    def __init__(self, tensor: Any) -> None:
+    MIN_ELEMS = 256
+
+    def __init__(self, keep: int = 64) -> None:
+        self.keep = keep
+        self._free: dict[tuple[Any, int], deque[tuple[Any, Any]]] = {}
+        self._lock = threading.Lock()
+        self.allocated = 0  # pinned buffers created (tests and benchmarks read it)
+
+    def _key(self, dtype: Any, numel: int) -> tuple[Any, int]:
+        n = max(numel, self.MIN_ELEMS)
+        return dtype, 1 << (n - 1).bit_length()
+
+    def take(self, dtype: Any, numel: int) -> tuple[tuple[Any, int], Any, Any]:
         import torch
 
+        key = self._key(dtype, numel)
+        q = self._free.get(key)
+        if q:
+            try:
+                buf, event = q.pop()
+                return key, buf, event
+            except IndexError:
+                pass
+        with self._lock:
+            self.allocated += 1
+        return key, torch.empty(key[1], dtype=dtype, pin_memory=True), torch.cuda.Event()
+
+    def give(self, key: tuple[Any, int], buf: Any, event: Any) -> None:
+        q = self._free.get(key)
+        if q is None:
+            with self._lock:
+                q = self._free.setdefault(key, deque())
+        if len(q) < self.keep:
+            q.append((buf, event))
+
+
+PINNED = _PinnedPool()
+
+
+class HostCopy(Deferred):
+    """A tensor on its way to host memory; ``resolve()`` returns it as a numpy array (once)."""
+
+    __slots__ = ("_host", "_event", "_buf", "_key", "_shape", "_numel")
+
+    def __init__(self, tensor: Any) -> None:
         if tensor.device.type == "cuda":
-            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            numel = int(tensor.numel())
+            key, buf, event = PINNED.take(tensor.dtype, numel)
+            host = buf[:numel].view(tensor.shape)
             host.copy_(tensor, non_blocking=True)
-            event = torch.cuda.Event()
             event.record()
             self._event: Any = event
+            self._buf: Any = buf
+            self._key: Any = key
         else:
             # The engine may reuse its buffers in place; a CPU clone of a few kB is the safe choice.
             host = tensor.detach().clone()
             self._event = None
+            self._buf = None
+            self._key = None
         self._host = host
 
     def resolve(self) -> Any:
-        if self._event is not None:
-            self._event.synchronize()
-        return self._host.numpy()
+        if self._event is None:
+            return self._host.numpy()
+        self._event.synchronize()
+        out = self._host.numpy().copy()  # the pinned buffer goes back to the pool
+        PINNED.give(self._key, self._buf, self._event)
+        self._event = None
+        self._host = self._buf = None
+        self._host = _Frozen(out)
+        return out
+
+
+class _Frozen:
+    """What a resolved CUDA HostCopy keeps: the copied-out array (resolve() may be called again)."""
+
+    __slots__ = ("_a",)
+
+    def __init__(self, a: Any) -> None:
+        self._a = a
+
+    def numpy(self) -> Any:
+        return self._a

@@ -128,7 +128,8 @@ class FingerprintAccumulator:
 def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint:
     """Fingerprint a ``[..., slots * width]`` tensor (torch, any device, any float dtype).
 
-    On CUDA the reduction is launched here, on the caller's stream, and only its small
+    On CUDA the reduction is launched here, on the caller's stream (one fused Triton pass when triton
+    imports, ``fingerprint_cuda``; the torch path otherwise), and only its small
     ``[slots, 6 + SKETCH_DIM]`` result is copied, non-blocking: nothing waits for the device. On
     CPU the reduction *is* the cost, so the caller only clones the rows and the sender thread
     reduces them (torch releases the GIL in its kernels, so that runs beside the serving loop).
@@ -142,7 +143,18 @@ def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint
     rows = int(x3.shape[0])
     if x3.device.type == "cpu":
         return PendingFingerprint(_CpuStats(x3.detach().clone() if clone else x3), rows, slots, width)
-    return PendingFingerprint(HostCopy(_raw_stats(x3)), rows, slots, width)
+    return PendingFingerprint(HostCopy(_device_stats(x3)), rows, slots, width)
+
+
+def _device_stats(x3: Any) -> Any:
+    """On CUDA with triton: the fused one-pass kernel (``fingerprint_cuda``); else the torch path."""
+    if x3.device.type == "cuda" and x3.shape[0] > 0:
+        from . import fingerprint_cuda
+
+        stats = fingerprint_cuda.raw_stats(x3, _sketch_on(x3.device, int(x3.shape[2])))
+        if stats is not None:
+            return stats
+    return _raw_stats(x3)
 
 
 class _CpuStats(Deferred):

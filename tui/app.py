@@ -22,6 +22,7 @@ from .histogram import Histogram
 from .layer_map import LayerMap
 from .model import MonitorState, Snapshot, SourceSnapshot
 from .position_bars import PositionBars
+from .probe_panel import ProbePanel
 from .proposals import Proposals
 from .sources_table import SourcesTable
 from .spec_panel import SpecPanel
@@ -78,6 +79,7 @@ class Eagle3TopApp(App[None]):
         self.proposals = Proposals(id="proposals")
         self.health = HealthPanel(id="health")
         self.layer_map = LayerMap(id="layer-map")
+        self.probe = ProbePanel(id="probe")
         self.findings = FindingsPanel(has_manifest=self.manifest is not None, id="findings")
         yield self.status_bar
         yield self.table
@@ -87,7 +89,12 @@ class Eagle3TopApp(App[None]):
                 yield self.acceptance
             with Vertical(id="right"):
                 yield self.positions
-                yield self.histogram
+                if self.manifest is None:
+                    yield self.histogram
+                else:  # the probe heat map shares the histogram's row
+                    with Horizontal(id="hist-probe"):
+                        yield self.histogram
+                        yield self.probe
         if self.manifest is not None:
             yield self.layer_map
         yield self.findings
@@ -157,6 +164,7 @@ class Eagle3TopApp(App[None]):
         self.findings.update_from(src)
         if self.manifest is not None:
             self.layer_map.update_from(src)
+            self.probe.update_from(src)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer import diagnose as _diagnose
+from eagle3_top.tracer import probe as _probe
 from eagle3_top.tracer.acceptance import AcceptanceStats, AcceptanceSummary
 from eagle3_top.tracer.events import (
     AUX,
@@ -116,6 +117,8 @@ class SourceSnapshot:
     findings: tuple[Any, ...] = ()  # tracer.diagnose.Finding, errors first
     findings_error: str | None = None
     layer_rows: tuple[Any, ...] = ()  # tracer.diagnose.SlotRow, with a manifest only
+    probe: Any = None  # tracer.probe.ProbeComparison: the latest probe against the manifest
+    probe_note: str | None = None  # why the latest probe event could not be compared
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ class SourceState:
     findings_at: float = float("-inf")
     findings_hello: Any = None
     layer_rows: tuple[Any, ...] = ()
+    probe: Any = None  # latest tracer.probe.ProbeComparison
+    probe_note: str | None = None
 
     @property
     def engine(self) -> str:
@@ -333,7 +338,9 @@ class MonitorState:
                 except Exception:
                     pass  # a malformed aux body only costs its own evidence
             elif kind == PROBE:
-                st.probes += 1  # probe rows are for `check`; the live view only counts them
+                st.probes += 1
+                if self.manifest is not None:
+                    self._probe(st, ev)
             else:
                 continue
             used += 1
@@ -390,6 +397,19 @@ class MonitorState:
             st.last_step = sv
             used += 1
         return used
+
+    def _probe(self, st: SourceState, ev: Event) -> None:
+        """Compare a probe's rows with the manifest probe it replays (matched by input-id prefix)."""
+        try:
+            rows = _probe.decode_probe(ev.body)
+            cmp = _probe.compare_with_manifest(rows, self.manifest)
+        except Exception as exc:  # a malformed probe only costs its own comparison
+            st.probe_note = f"probe {ev.body.get('rid')!r}: {type(exc).__name__}: {exc}"[:200]
+            return
+        if cmp is None:
+            st.probe_note = f"probe {rows.rid}: its prompt matches none of the manifest's probe samples"
+            return
+        st.probe, st.probe_note = cmp, None
 
     def _findings(self, st: SourceState, now: float) -> None:
         """Run the tracer's diagnosis on what this source has shown, at most once a second."""
@@ -466,6 +486,8 @@ class MonitorState:
                     findings=st.findings,
                     findings_error=st.findings_error,
                     layer_rows=st.layer_rows,
+                    probe=st.probe,
+                    probe_note=st.probe_note,
                 )
             )
         return Snapshot(

@@ -8,6 +8,8 @@ AROUND hooks through SGLang's ``HookRegistry`` (applied by ``load_plugins`` righ
 - ``Scheduler.__init__``: once the scheduler exists, its spec worker is live; we build the tracer,
   bind the publisher and publish the hello (wiring report) from the live objects.
 - ``EAGLEWorkerV2.verify``: one step event per verify (``verify.py``).
+- ``EagleDraftWorker._draft_extend_for_prefill`` (when the class has it): the prefill aux rows of
+  probe requests (rid carrying ``e3t-probe``), one ``probe`` event per request (``probe.py``).
 
 Only the scheduler process ever binds a socket: the publisher is created lazily, from those hooks.
 Only TP rank 0 publishes unless ``EAGLE3_TOP_ALL_RANKS=1`` (each rank binds port + rank).
@@ -41,6 +43,7 @@ ENV_FORCE = "EAGLE3_TOP_FORCE"
 SUPPORTED = ((0, 5, 17), (0, 5, 23))
 VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
 SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
+PREFILL_EXTEND_TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill"
 
 _state: dict[str, Any] = {
     "registered": False,
@@ -128,13 +131,29 @@ def _register() -> None:
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     except ImportError:
         HookRegistry = None
-    if HookRegistry is not None:
-        HookRegistry.register(VERIFY_TARGET, around_verify, HookType.AROUND)
-        HookRegistry.register(SCHEDULER_INIT_TARGET, _around_scheduler_init, HookType.AROUND)
-    else:  # no registry: patch the class attributes ourselves
-        _patch(VERIFY_TARGET, around_verify)
-        _patch(SCHEDULER_INIT_TARGET, _around_scheduler_init)
+    hooks = [(VERIFY_TARGET, around_verify), (SCHEDULER_INIT_TARGET, _around_scheduler_init)]
+    if _has_target(PREFILL_EXTEND_TARGET):
+        from .probe import make_around_prefill_extend
+
+        hooks.append((PREFILL_EXTEND_TARGET, make_around_prefill_extend(lambda _w: _state["tracer"])))
+    else:
+        log.info("eagle3-top: no %s in this SGLang: probe rows are not captured", PREFILL_EXTEND_TARGET)
+    for target, around in hooks:
+        if HookRegistry is not None:
+            HookRegistry.register(target, around, HookType.AROUND)
+        else:  # no registry: patch the class attributes ourselves
+            _patch(target, around)
     _state["registered"] = True
+
+
+def _has_target(target: str) -> bool:
+    import pkgutil
+
+    owner, attr = target.rsplit(".", 1)
+    try:
+        return callable(getattr(pkgutil.resolve_name(owner), attr, None))
+    except Exception:
+        return False
 
 
 def _patch(target: str, around: Any) -> None:

@@ -31,6 +31,10 @@ class Req:
     output_ids: list[int] = field(default_factory=list)  # filled when the request finishes
     max_new_tokens: int = 96
     finished: bool = False
+    # per-request speculative counters (SGLang's Req.spec_verify_ct etc.), kept by ``run_requests``
+    spec_verify_ct: int = 0
+    spec_num_correct_drafts: int = 0
+    spec_correct_drafts_histogram: list[int] = field(default_factory=list)  # [k] = steps accepting k drafts
 
 
 @dataclass
@@ -351,6 +355,57 @@ class ToyEagle3Engine:
         out["seconds"] = dt
         out["mean_accept_length"] = self.mean_accept_length()
         return out
+
+    # ------------------------------------------------------------------ external requests
+    @property
+    def context_length(self) -> int:
+        """Longest sequence (prompt + new tokens) a request may reach (SGLang's ``context_len``)."""
+        override = getattr(self, "_context_length", None)
+        return int(override or self.target.config.max_position_embeddings)
+
+    @context_length.setter
+    def context_length(self, value: int | None) -> None:
+        self._context_length = value
+
+    def run_requests(self, reqs: list[Req], on_step: Callable | None = None) -> list[Req]:
+        """Serve externally given requests (the HTTP front) to completion instead of the synthetic
+        workload: batched by prompt length (the prefill takes equal-length prompts), at most
+        ``batch_size`` at a time. Fills ``output_ids`` and the per-request speculative counters."""
+        groups: dict[int, list[Req]] = {}
+        for r in reqs:
+            groups.setdefault(len(r.prompt), []).append(r)
+        for group in groups.values():
+            for i in range(0, len(group), self.batch_size):
+                self._serve_batch(group[i : i + self.batch_size], on_step)
+        return reqs
+
+    def _serve_batch(self, reqs: list[Req], on_step: Callable | None) -> None:
+        assert self.batch is None, "run_requests while a workload batch is running"
+        N = self.spec.num_draft_tokens
+        assert N is not None
+        L = len(reqs[0].prompt)
+        self._max_len = L + max(r.max_new_tokens for r in reqs) + N + 2
+        batch = ScheduleBatch(reqs=list(reqs))
+        self.prefill(batch, torch.tensor([r.prompt for r in reqs], dtype=torch.long))
+        self.batch = batch
+        self._retire(batch)  # max_new_tokens == 1
+        while self.batch is not None:
+            running = list(self.batch.reqs)
+            result = self.step()
+            if result is None:
+                break
+            for r, a in zip(running, result.accept_lens.tolist(), strict=True):
+                correct = int(a) - 1
+                r.spec_verify_ct += 1
+                r.spec_num_correct_drafts += correct
+                hist = r.spec_correct_drafts_histogram
+                if len(hist) < N:
+                    hist.extend([0] * (N - len(hist)))
+                hist[correct] += 1
+            if on_step is not None:
+                on_step(self, result)
+        done = {id(r) for r in reqs}
+        self.finished = [r for r in self.finished if id(r) not in done]
 
     def mean_accept_length(self) -> float:
         st = self.stats

@@ -1,0 +1,191 @@
+"""GPU cost of the aux fingerprint of a Kimi-sized verify batch, against reading it once.
+
+usage (on a CUDA machine, eagle3_top importable — see run_gpu.sh):
+    python3 benchmarks/gpu/bench_fingerprint_gpu.py [--json OUT.json]
+
+Measures: device copy bandwidth (4 GiB buffer); the floor = time to read the [1024, 21504] bf16
+aux tensor once at that bandwidth; the fused Triton fingerprint (tracer/fingerprint_cuda.py, a few
+launch configurations) and the torch fallback, in GPU time (CUDA events around a call queued behind
+a busy-wait kernel, so CPU launch overhead is not counted). Checks the fused path against the torch
+path (random, with NaN/Inf rows, odd shapes, fp16/fp32), then runs fingerprint() and the SGLang
+verify wrapper's record path under torch.cuda.set_sync_debug_mode("error").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def gpu_time_us(fn: Any, n: int = 100) -> float:
+    """Median GPU time of fn(): start/end events queued behind a sleep kernel."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(n):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(200_000)  # ~100 µs busy-wait: the CPU queues fn() while the GPU waits
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(ts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    from eagle3_top.tracer import fingerprint_cuda as fc
+    from eagle3_top.tracer.fingerprint import _raw_stats, _sketch_on, fingerprint
+
+    dev = "cuda"
+    res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    try:
+        import triton
+
+        res["triton"] = triton.__version__
+    except Exception as exc:
+        res["triton"] = f"missing: {exc}"
+    big = torch.empty(4 * 1024**3 // 2, dtype=torch.bfloat16, device=dev)
+    big2 = torch.empty_like(big)
+    t = gpu_time_us(lambda: big2.copy_(big), 20)
+    bw = 2 * big.numel() * 2 / (t * 1e-6)
+
+    R, C, slots = 1024, 21504, 3
+    torch.manual_seed(0)
+    x = torch.randn(R, C, device=dev, dtype=torch.bfloat16)
+    x3 = x.view(R, slots, C // slots)
+    floor = x.numel() * 2 / bw * 1e6
+    res.update(bandwidth_TBps=bw / 1e12, floor_us=floor, shape=[R, C], dtype="bfloat16")
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; floor (read [1024, 21504] bf16 once): {floor:.2f} us")
+    sk = _sketch_on(x.device, C // slots)
+
+    # correctness first: fused vs torch
+    checks = []
+    cases = [((1024, 3, 7168), torch.bfloat16), ((37, 3, 100), torch.float32), ((300, 2, 4096), torch.float16),
+             ((5000, 3, 1024), torch.bfloat16), ((9, 2, 20), torch.float32)]  # fmt: skip
+    ok_all = fc.available()
+    res["fused_available"] = ok_all
+    res["fused_failed"] = fc._failed
+    for shape, dt in cases if ok_all else []:
+        y = torch.randn(*shape, device=dev).to(dt)
+        y[3, 1, 5] = float("nan")
+        y[min(7, shape[0] - 1), 0, 7] = float("inf")
+        y[-1, -1, -1] = -float("inf")
+        a = fc._launch(y, _sketch_on(y.device, shape[2]), fc.CONFIG).cpu().numpy()
+        b = _raw_stats(y).cpu().numpy()
+        err = float(np.max(np.abs(a - b) / (np.abs(b) + 1e-2)))
+        ok = bool(np.allclose(a, b, rtol=2e-3, atol=2e-2 * max(1.0, shape[0] / 100)))
+        checks.append({"shape": list(shape), "dtype": str(dt), "ok": ok, "max_rel_err": err})
+        ok_all &= ok
+        print(f"fused vs torch {shape} {dt}: {'ok' if ok else 'MISMATCH'} (max rel err {err:.2e})")
+        if not ok:
+            print(" fused", a[:, :6].tolist(), "\n torch", b[:, :6].tolist())
+    res["agreement"] = checks
+
+    timings = {"one fp32 sum (reference)": gpu_time_us(lambda: x3.sum((0, 2), dtype=torch.float32))}
+    timings["torch path (_raw_stats)"] = gpu_time_us(lambda: _raw_stats(x3))
+    configs = {
+        "default": dict(fc.CONFIG),
+        "rpp32_sub8": dict(fc.CONFIG, rows_per_prog=32, sub_rows=8),
+        "rpp128_sub16": dict(fc.CONFIG, rows_per_prog=128, sub_rows=16),
+        "rpp64_sub8_w4": dict(fc.CONFIG, sub_rows=8, warps=4),
+        "rpp64_bc512_w4": dict(fc.CONFIG, block_c=512, sub_rows=16, warps=4),
+        "rpp32_sub16_bc512": dict(fc.CONFIG, rows_per_prog=32, block_c=512, warps=4),
+    }
+    if fc.available():
+        for name, cfg in configs.items():
+            try:
+                timings[f"fused {name}"] = gpu_time_us(lambda cfg=cfg: fc._launch(x3, sk, cfg))
+            except Exception as exc:
+                print(f"fused {name} failed: {type(exc).__name__}: {exc}"[:400])
+        timings["fingerprint() end to end (fused + pinned copy)"] = gpu_time_us(lambda: fingerprint(x, slots))
+    res["timings_us"] = timings
+    for k, v in timings.items():
+        print(f"{k:50s} {v:8.2f} us = {v / floor:5.2f} x floor")
+    best = min((v for k, v in timings.items() if k.startswith("fused")), default=None)
+    res["default_ratio"] = timings.get("fused default", float("nan")) / floor
+    res["best_fused_ratio"] = best / floor if best else None
+
+    # no host sync: fingerprint() and the verify wrapper's record path
+    from eagle3_top.hooks.attach import Tracer
+    from eagle3_top.hooks.sglang.verify import record_verify
+
+    class FakePublisher:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, Any]] = []
+            self.hook_errors = 0
+            self.last_error: str | None = None
+            self.disabled = False
+
+        def publish(self, kind: str, body: Any) -> None:
+            self.events.append((kind, body))
+
+        def count_hook_error(self, exc: BaseException) -> None:
+            self.hook_errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+
+    pub = FakePublisher()
+    tracer = Tracer(pub, aux_interval_s=0.0)  # type: ignore[arg-type]
+    tracer.set_slot_width(C // slots)
+    bs, n = 64, 16
+    si = SimpleNamespace(
+        draft_token=torch.randint(0, 1000, (bs * n,), device=dev), topk=1, draft_token_num=n,
+        retrieve_next_token=None, retrieve_next_sibling=None,
+    )  # fmt: skip
+    batch = SimpleNamespace(
+        spec_info=si, reqs=[SimpleNamespace(rid=f"r{i}") for i in range(bs)], forward_mode=None
+    )
+    result = SimpleNamespace(
+        accept_lens=torch.randint(1, n + 1, (bs,), device=dev, dtype=torch.int32),
+        next_token_ids=torch.randint(0, 1000, (bs * n,), device=dev),
+        logits_output=SimpleNamespace(hidden_states=x),
+    )
+    guarded = tracer.guarded(record_verify)
+    guarded(tracer, batch, result, 0.0)  # warm-up (pinned pool, sketch upload)
+    for _, body in pub.events:
+        body.resolve() if hasattr(body, "resolve") else None
+    pub.events.clear()
+    raised = None
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fingerprint(x, slots)
+        for _ in range(3):
+            guarded(tracer, batch, result, 0.0)
+    except Exception as exc:
+        raised = f"{type(exc).__name__}: {exc}"
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    kinds = [k for k, _ in pub.events]
+    for _, body in pub.events:
+        getattr(body, "resolve", lambda: None)()
+    res["sync_debug"] = {
+        "raised": raised,
+        "hook_errors": pub.hook_errors,
+        "last_error": pub.last_error,
+        "events": kinds,
+    }
+    print("sync_debug_mode('error'):", res["sync_debug"])
+    t_rec = gpu_time_us(lambda: guarded(tracer, batch, result, 0.0), 50)
+    res["verify_record_gpu_us"] = t_rec
+    print(f"verify record path (step + aux fingerprint), GPU time: {t_rec:.2f} us")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    good = ok_all and raised is None and pub.hook_errors == 0 and (res["default_ratio"] <= 2.0)
+    print("RESULT", "PASS" if good else "FAIL", f"fused default = {res['default_ratio']:.2f} x floor")
+    return 0 if good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

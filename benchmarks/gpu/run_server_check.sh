@@ -1,0 +1,79 @@
+#!/bin/bash
+# Real-server check of the SGLang plugin on a CUDA machine (run from the repo root; results in $OUT).
+#
+# Needs the carried SGLang 0.5.17 set in build/sglang-h200 (git-ignored). Build it once, on your
+# machine:   ../shared/sglang-h200/build_carry.sh build/sglang-h200
+# plus a msgpack wheel in build/e3t-extra/ (the H200 image has no msgpack), then on the device:
+#   bash benchmarks/gpu/run_server_check.sh        (carry build/sglang-h200 and build/e3t-extra)
+#
+# Three servers start at once (tiny Llama target + EAGLE-3 draft from mkmodels.py, --attention-backend
+# triton): G0 random weights, CUDA graphs off, tracer on; G1 'tied' weights (every draft accepted),
+# CUDA graphs on, tracer on; N1 = G1 without the tracer. A plain pyzmq subscriber records G0 and G1
+# from before their start (so warm-up and HEALTH_CHECK requests are seen); compare_check.py checks
+# hello and step rows against /get_server_info and meta_info. Then decode tokens/s, G1 (tracer
+# publishing, subscriber attached) vs N1, batch 1 and 32, alternating, 3 rounds each.
+set -u
+R=$(pwd); C=$R/build/sglang-h200; X=$R/build/e3t-extra; B=$R/benchmarks/gpu
+OUT=${OUT:-/tmp/e3t-out}; mkdir -p "$OUT"
+bash "$B/install_plugin.sh" || exit 1
+export PYTHONPATH=/tmp/site:/tmp/e3t CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
+python3 "$C/mkmodels.py" /tmp/mt tied >/dev/null && python3 "$C/mkmodels.py" /tmp/mr >/dev/null || exit 1
+GRAPH="--cuda-graph-backend-decode full --cuda-graph-backend-prefill disabled --cuda-graph-max-bs-decode 32"
+serve() {  # TAG ROOT PORT PUBPORT(or -) extra...
+  local T=$1 M=$2 P=$3 PP=$4; shift 4
+  if [ "$PP" != - ]; then
+    python3 "$B/subscriber_check.py" "$T" "tcp://127.0.0.1:$PP" 900 "$OUT" > "$OUT/sub_$T.log" 2>&1 &
+    echo $! > "$OUT/subpid_$T"
+    export EAGLE3_TOP_PUBLISH=tcp://127.0.0.1:$PP
+  else
+    unset EAGLE3_TOP_PUBLISH
+  fi
+  python3 -m sglang.launch_server --model-path "$M/tgt" --speculative-algorithm EAGLE3 \
+    --speculative-draft-model-path "$M/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
+    --speculative-num-draft-tokens 4 --attention-backend triton --sampling-backend pytorch --dtype bfloat16 \
+    --skip-tokenizer-init --port "$P" --host 127.0.0.1 --mem-fraction-static 0.12 "$@" > "$OUT/server_$T.log" 2>&1 &
+  echo $! > "$OUT/srvpid_$T"
+  unset EAGLE3_TOP_PUBLISH
+}
+wait_ready() {  # TAG PORT
+  local t0=$(date +%s)
+  for i in $(seq 1 300); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$2/health', timeout=2)" 2>/dev/null && { echo "== $1 ready after $(( $(date +%s)-T0 )) s"; return 0; }
+    kill -0 "$(cat $OUT/srvpid_$1)" 2>/dev/null || { echo "== $1 died"; tail -n 30 "$OUT/server_$1.log"; return 1; }
+    sleep 1
+  done; return 1
+}
+stop() { kill "$(cat $OUT/srvpid_$1)" 2>/dev/null; }
+T0=$(date +%s)
+serve G0 /tmp/mr 30000 5557 --disable-cuda-graph
+serve G1 /tmp/mt 30001 5567 $GRAPH
+serve N1 /tmp/mt 30002 - $GRAPH
+wait_ready G0 30000; wait_ready G1 30001; wait_ready N1 30002
+python3 "$B/server_client.py" check 30000 "$OUT/check_G0.json" &
+python3 "$B/server_client.py" check 30001 "$OUT/check_G1.json"; wait
+sleep 2; touch "$OUT/stop_G0"; stop G0
+echo "== decode tokens/s: G1 (tracer publishing, subscriber attached) vs N1 (no tracer)"
+for bs in 1 32; do
+  n=512; [ $bs = 32 ] && n=256
+  python3 "$B/server_client.py" tput 30001 $bs 64 >/dev/null; python3 "$B/server_client.py" tput 30002 $bs 64 >/dev/null
+  for round in 1 2 3; do
+    echo "G1 $(python3 "$B/server_client.py" tput 30001 $bs $n)" | tee -a "$OUT/tput.txt"
+    echo "N1 $(python3 "$B/server_client.py" tput 30002 $bs $n)" | tee -a "$OUT/tput.txt"
+  done
+done
+sleep 2; touch "$OUT/stop_G1"; stop G1; stop N1
+wait "$(cat $OUT/subpid_G0)" "$(cat $OUT/subpid_G1)" 2>/dev/null; sleep 3
+cat "$OUT"/sub_*.log
+python3 "$B/compare_check.py" G0 "$OUT" /tmp/mr/draft/config.json
+python3 "$B/compare_check.py" G1 "$OUT" /tmp/mt/draft/config.json
+python3 - "$OUT/tput.txt" <<'PY'
+import json, sys, statistics as st
+d = {}
+for line in open(sys.argv[1]):
+    tag, js = line.split(" ", 1); x = json.loads(js); d.setdefault((x["bs"], tag), []).append(x["tok_s"])
+for bs in (1, 32):
+    g, n = st.median(d.get((bs, "G1"), [0])), st.median(d.get((bs, "N1"), [1]))
+    print(f"batch {bs}: tracer {g:.0f} tok/s, no tracer {n:.0f} tok/s, ratio {g / n:.3f} (runs {d.get((bs, 'G1'))} vs {d.get((bs, 'N1'))})")
+PY
+grep -h "eagle3-top\|eagle3_top" "$OUT"/server_G*.log | head -5
+for t in G0 G1 N1; do kill -9 "$(cat $OUT/srvpid_$t)" 2>/dev/null; done

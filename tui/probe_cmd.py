@@ -1,0 +1,109 @@
+"""``eagle3-top probe``: replay training samples through a server and compare the aux rows it feeds
+its draft with the training rows, slot by slot. Exit codes as ``check``: 0 clean, 1 an error
+finding, 2 usage, input or connection problems (one line on stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def _fail(msg: str) -> int:
+    print(f"eagle3-top probe: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="eagle3-top probe",
+        description="Send training samples to the server's /generate with probe rids, read their aux rows "
+        "from the stream and compare them with training, slot by slot.",
+    )
+    p.add_argument(
+        "--server", required=True, metavar="URL", help="SGLang HTTP server, e.g. http://127.0.0.1:30000"
+    )
+    p.add_argument(
+        "--endpoint", required=True, action="append", metavar="ENDPOINT",
+        help="the server's eagle3-top stream (repeat for several ranks)",
+    )  # fmt: skip
+    p.add_argument("--manifest", metavar="M", help="training manifest (its probe samples, layers, metrics)")
+    p.add_argument(
+        "--data", metavar="DIR", help="training hidden-state files to replay instead of the manifest's probes"
+    )
+    p.add_argument("--samples", type=int, default=4, metavar="K", help="samples to replay (default 4)")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=32, help="tokens to generate per sample (default 32)"
+    )
+    p.add_argument("--json", action="store_true", help="print findings as a JSON list")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole exchange (default 60)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = build_parser()
+    try:
+        ns = p.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    if not ns.manifest and not ns.data:
+        return _fail("give --manifest M (its probe samples) or --data DIR (training files)")
+    if ns.samples < 1 or ns.max_new_tokens < 1 or ns.timeout <= 0:
+        return _fail("--samples, --max-new-tokens and --timeout must be positive")
+
+    from eagle3_top.tracer.diagnose import has_errors
+    from eagle3_top.tracer.manifest import ManifestError, load_manifest
+    from eagle3_top.tracer.probe import ProbeError, run_probe, samples_from_data, samples_from_manifest
+
+    try:
+        manifest = load_manifest(ns.manifest) if ns.manifest else None
+        if ns.data:
+            try:
+                samples = samples_from_data(ns.data, ns.samples)
+            except ImportError as exc:
+                return _fail(f"reading training files needs torch: {exc}")
+        else:
+            assert manifest is not None
+            samples = samples_from_manifest(manifest)
+        result = run_probe(
+            ns.server, ns.endpoint, samples, manifest=manifest, count=ns.samples,
+            timeout=ns.timeout, max_new_tokens=ns.max_new_tokens,
+        )  # fmt: skip
+    except (ManifestError, ProbeError) as exc:
+        return _fail(str(exc))
+    except Exception as exc:  # a bad endpoint string, say
+        return _fail(f"probe failed: {type(exc).__name__}: {exc}")
+
+    if ns.json:
+        print(json.dumps([f.to_json() for f in result.findings], indent=1))
+    else:
+        print(f"verdict: {result.verdict}")
+        if result.matrix is not None:
+            print(matrix_text(result.matrix))
+        print(f"mapping: {result.mapping_text}")
+        pa = "n/a" if result.probe_accept is None else f"{result.probe_accept:.2f}"
+        print(f"accept length on training samples: {pa} ({result.probe_accept_source})")
+        if result.live_accept is None:
+            print("live traffic: no live traffic seen during the probe")
+        else:
+            print(
+                f"live traffic: accept length {result.live_accept:.2f} over {result.live_request_steps} request-steps"
+            )
+        for f in result.findings:
+            if f.severity == "info" and f.code == "PROBE_OK":
+                continue
+            print(f"{f.severity.upper():7s} {f.code} [{f.source}]: {f.message}\n        fix: {f.fix}")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return EXIT_FINDINGS if has_errors(result.findings) else EXIT_OK
+
+
+def matrix_text(matrix: object) -> str:
+    import numpy as np
+
+    m = np.asarray(matrix)
+    head = "served\\trained " + " ".join(f"{j:>6d}" for j in range(m.shape[1]))
+    rows = [f"{i:>14d} " + " ".join(f"{v:6.3f}" for v in m[i]) for i in range(m.shape[0])]
+    return "\n".join([head, *rows])
