@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,49 +222,64 @@ def build_manifest(
     width: int | None = None
     tokens = 0
     pending: list[Any] = []
+    # Reading is the bottleneck; reductions run on a second thread (torch releases the GIL in its
+    # kernels), one batch at a time so memory stays bounded to two batches of rows.
+    reducer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="manifest-fingerprint")
+    inflight: list[Future[None]] = []
+
+    def reduce(batch: list[Any]) -> None:
+        import torch
+
+        acc.add(fingerprint(torch.cat(batch, 0), slots, clone=False))
 
     def flush() -> None:
+        while inflight:
+            inflight.pop().result()  # re-raises a reduction error here, in the caller
         if pending:
-            import torch
-
-            acc.add(fingerprint(torch.cat(pending, 0), slots, clone=False))
+            inflight.append(reducer.submit(reduce, list(pending)))
             pending.clear()
 
-    for i, path in enumerate(files):
-        sample = load_sample(path)
-        total = int(sample.aux.shape[-1])
-        if sample.slots is not None and sample.slots != slots:
-            raise TrainFileError(
-                f"{path}: {sample.slots} hidden-state tensors, but the draft config lists {slots} ids"
-            )
-        if total % slots:
-            raise TrainFileError(f"{path}: aux width {total} is not {slots} slots of equal width ({ids})")
-        if width is None:
-            width = total // slots
-            hidden = (tcfg or {}).get("hidden_size") or flags["target_hidden_size"] or flags["hidden_size"]
-            if hidden and int(hidden) != width:
+    try:
+        for i, path in enumerate(files):
+            sample = load_sample(path)
+            total = int(sample.aux.shape[-1])
+            if sample.slots is not None and sample.slots != slots:
                 raise TrainFileError(
-                    f"{path}: aux width {total} = {slots} x {width}, but the target hidden size is {hidden}"
+                    f"{path}: {sample.slots} hidden-state tensors, but the draft config lists {slots} ids"
                 )
-        elif total != width * slots:
-            raise TrainFileError(f"{path}: aux width {total}, earlier files had {width * slots}")
-        if sample.aux.shape[0]:
-            pending.append(sample.aux)
-            tokens += int(sample.aux.shape[0])
-        if len(probe_list) < probes and sample.aux.shape[0] >= 2:
-            n = min(probe_tokens, int(sample.aux.shape[0]))
-            probe_list.append(
-                {
-                    "source": os.path.relpath(path, data) if os.path.isdir(data) else path,
-                    "input_ids": sample.input_ids[:n].tolist(),
-                    "aux_rows": pack_rows(sample.aux[:n]),
-                }
-            )
-        if len(pending) >= batch_files:
-            flush()
-        if progress is not None:
-            progress(i + 1, len(files))
-    flush()
+            if total % slots:
+                raise TrainFileError(f"{path}: aux width {total} is not {slots} slots of equal width ({ids})")
+            if width is None:
+                width = total // slots
+                hidden = (
+                    (tcfg or {}).get("hidden_size") or flags["target_hidden_size"] or flags["hidden_size"]
+                )
+                if hidden and int(hidden) != width:
+                    raise TrainFileError(
+                        f"{path}: aux width {total} = {slots} x {width}, but the target hidden size is {hidden}"
+                    )
+            elif total != width * slots:
+                raise TrainFileError(f"{path}: aux width {total}, earlier files had {width * slots}")
+            if sample.aux.shape[0]:
+                pending.append(sample.aux)
+                tokens += int(sample.aux.shape[0])
+            if len(probe_list) < probes and sample.aux.shape[0] >= 2:
+                n = min(probe_tokens, int(sample.aux.shape[0]))
+                probe_list.append(
+                    {
+                        "source": os.path.relpath(path, data) if os.path.isdir(data) else path,
+                        "input_ids": sample.input_ids[:n].tolist(),
+                        "aux_rows": pack_rows(sample.aux[:n]),
+                    }
+                )
+            if len(pending) >= batch_files:
+                flush()
+            if progress is not None:
+                progress(i + 1, len(files))
+        flush()
+        flush()  # the last batch: wait for it
+    finally:
+        reducer.shutdown(cancel_futures=True)
     if acc.rows == 0:
         raise TrainFileError(f"{data}: training files hold no token rows")
 

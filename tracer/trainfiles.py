@@ -20,7 +20,6 @@ import os
 import pickle
 import re
 import warnings
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -87,8 +86,14 @@ def _torch_load(torch: Any, path: str) -> Any:
         with gzip.open(path, "rb") as f:
             data = io.BytesIO(f.read())
         return torch.load(data, map_location="cpu", weights_only=True)
-    # mmap spares a copy, but only the zip container (torch >= 1.6's default) supports it.
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    # mmap spares a copy, but only the zip container (torch >= 1.6's default) supports it; the
+    # legacy container is rare, so try mmap first rather than sniff every file.
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as exc:
+        if "mmap" not in str(exc):
+            raise
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _tensor(path: str, data: dict[str, Any], key: str) -> Any:
