@@ -29,10 +29,19 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
 
 
+def _captures_aux(hello: dict[str, object]) -> bool:
+    """False when the server feeds the draft no aux states at all (EAGLE, use_aux_hidden_state off)."""
+    spec = hello.get("spec")
+    aux = hello.get("aux")
+    algo = spec.get("effective", {}).get("algorithm") if isinstance(spec, dict) else None
+    slots = aux.get("slots") if isinstance(aux, dict) else None
+    return algo != "EAGLE" and slots != 0
+
+
 def _ready(ev: SourceEvidence, steps: int, manifest: Manifest | None) -> bool:
     if ev.hello is None or ev.steps < steps:
         return False
-    return manifest is None or ev.aux.rows >= MIN_AUX_ROWS
+    return manifest is None or ev.aux.rows >= MIN_AUX_ROWS or not _captures_aux(ev.hello)
 
 
 def watch(
