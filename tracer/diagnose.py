@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .acceptance import AcceptanceStats
-from .events import AUX, HELLO, STEP, Event, step_view
+from .events import AUX, HELLO, STEP, Event, lookup, step_view
 from .fingerprint import sketch_cosine
 from .layers import sglang_default_capture
 from .manifest import Manifest
@@ -108,15 +108,6 @@ class SourceEvidence:
             self.steps += 1
 
 
-def _get(d: dict[str, Any] | None, *path: str) -> Any:
-    cur: Any = d
-    for p in path:
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(p)
-    return cur
-
-
 def _fmt(ids: Any) -> str:
     return "[" + ", ".join(str(i) for i in ids) + "]" if isinstance(ids, (list, tuple)) else str(ids)
 
@@ -144,7 +135,7 @@ def layer_map(
 ) -> list[SlotRow]:
     """Slot by slot: the trained layer, the served one, and how far the live fingerprint is."""
     trained = manifest.concat_order
-    served = _get(hello, "aux", "capture_canonical")
+    served = lookup(hello, "aux", "capture_canonical")
     served = served if isinstance(served, list) else []
     ref = manifest.reference
     rows = []
@@ -179,8 +170,8 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
     def add(code: str, severity: str, message: str, fix: str, **evidence: Any) -> None:
         out.append(Finding(code, severity, message, fix, src, evidence))
 
-    algo = _get(hello, "spec", "effective", "algorithm")
-    draft_arch = _get(hello, "model", "draft_arch") or (manifest and _get(manifest.data, "draft", "arch"))
+    algo = lookup(hello, "spec", "effective", "algorithm")
+    draft_arch = lookup(hello, "model", "draft_arch") or (manifest and lookup(manifest.data, "draft", "arch"))
     if algo == "EAGLE" and isinstance(draft_arch, str) and "eagle3" in draft_arch.lower():
         add(
             "ALGORITHM_MISMATCH", ERROR,
@@ -190,11 +181,11 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
             algorithm=algo, draft_arch=draft_arch,
         )  # fmt: skip
 
-    rewrites = _get(hello, "spec", "rewrites")
+    rewrites = lookup(hello, "spec", "rewrites")
     for rw in rewrites if isinstance(rewrites, list) else []:
         if not isinstance(rw, dict):
             continue
-        req = _get(hello, "spec", "requested", str(rw.get("param")))
+        req = lookup(hello, "spec", "requested", str(rw.get("param")))
         explicit = req is not None
         add(
             "SPEC_PARAM_REWRITTEN", ERROR if explicit else INFO,
@@ -204,12 +195,12 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
             **rw,
         )  # fmt: skip
 
-    aux = _get(hello, "aux") or {}
+    aux = lookup(hello, "aux") or {}
     served = aux.get("capture_canonical")
     native = aux.get("capture_native")
     use_aux = aux.get("use_aux_hidden_state", True)
     ids_read = aux.get("ids_read")
-    num_layers = _get(hello, "model", "num_layers")
+    num_layers = lookup(hello, "model", "num_layers")
     if use_aux and algo != "EAGLE" and ids_read is None and "ids_read" in aux:
         declared = aux.get("declared_ids")
         where = aux.get("ids_location")
@@ -235,7 +226,7 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
         and isinstance(expected, int)
         and width != expected
     ):
-        hidden = _get(hello, "model", "hidden_size")
+        hidden = lookup(hello, "model", "hidden_size")
         add(
             "AUX_WIDTH_MISMATCH", ERROR,
             f"aux width {width} ({aux.get('slots')} slots × {hidden}) but the draft's fc expects {expected}",
@@ -252,7 +243,7 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
 def _against_manifest(ev: SourceEvidence, manifest: Manifest, add: Any, served: Any, native: Any) -> None:
     hello = ev.hello or {}
     trained = manifest.concat_order
-    algo = _get(hello, "spec", "effective", "algorithm")
+    algo = lookup(hello, "spec", "effective", "algorithm")
     if isinstance(served, list) and algo != "EAGLE" and served:
         if sorted(set(served)) != sorted(set(trained)) or len(served) != len(trained):
             add(
@@ -270,8 +261,8 @@ def _against_manifest(ev: SourceEvidence, manifest: Manifest, add: Any, served: 
                 "list the layer ids in ascending order in training and serving (servers concatenate ascending)",
                 served=served, trained=trained,
             )  # fmt: skip
-    slots = _get(hello, "aux", "slots")
-    hidden = _get(hello, "model", "hidden_size")
+    slots = lookup(hello, "aux", "slots")
+    hidden = lookup(hello, "model", "hidden_size")
     if isinstance(hidden, int) and hidden != manifest.slot_width:
         add(
             "AUX_WIDTH_MISMATCH", ERROR,
@@ -320,7 +311,7 @@ def _against_manifest(ev: SourceEvidence, manifest: Manifest, add: Any, served: 
             )  # fmt: skip
 
     vocab = manifest.data.get("vocab")
-    live_vocab = _get(hello, "vocab")
+    live_vocab = lookup(hello, "vocab")
     for where, v in (("manifest", vocab), ("server", live_vocab)):
         problem = vocab_problem(v, manifest.data.get("draft", {}).get("draft_vocab_size"))
         if problem:

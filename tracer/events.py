@@ -100,6 +100,17 @@ def decode(frame: bytes) -> Event:
     return Event(kind, src, seq, float(ts), msg)
 
 
+def lookup(d: Mapping[str, Any] | None, *path: str) -> Any:
+    """Nested field of an event body, or None where a key is missing or a value is not a map
+    (hello fields may be absent or odd; readers must not crash on them)."""
+    cur: Any = d
+    for p in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(p)
+    return cur
+
+
 def column(arr: Any) -> bytes:
     """A token column as wire bytes (int32 little-endian, row-major)."""
     return np.ascontiguousarray(arr, dtype=TOKEN_DTYPE).tobytes()

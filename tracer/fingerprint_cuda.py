@@ -31,9 +31,9 @@ ENV_DISABLE = "EAGLE3_TOP_FUSED_FINGERPRINT"  # "0": always use the torch path
 # Launch parameters (benchmarks/gpu/bench_fingerprint_gpu.py times alternatives).
 CONFIG: dict[str, int] = {
     "rows_per_prog": 64,  # rows of one program of kernel 1 (one column-partial row per block)
-    "sub_rows": 16,  # rows loaded at a time
+    "sub_rows": 8,  # rows loaded at a time
     "block_c": 1024,  # columns of one program of kernel 1 (within one slot)
-    "warps": 8,
+    "warps": 4,
     "fin_block_c": 256,  # columns of one program of kernel 2
     "fin_rows": 128,
     "fin_warps": 4,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, print_findings, print_json
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 
@@ -16,8 +17,6 @@ eagle3-top probe --server URL --endpoint E --manifest M   replay training sample
 eagle3-top toy [...]                       run the built-in EAGLE-3 engine and publish its trace
 eagle3-top demo                            two built-in engines (healthy, mis-wired) + the monitor
 """
-
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 def live_parser() -> argparse.ArgumentParser:
@@ -36,8 +35,7 @@ def live_parser() -> argparse.ArgumentParser:
 
 
 def _fail(msg: str) -> int:
-    print(f"eagle3-top: {msg}", file=sys.stderr)
-    return EXIT_USAGE
+    return fail("eagle3-top", msg)
 
 
 def cmd_check(argv: list[str]) -> int:
@@ -73,10 +71,9 @@ def cmd_check(argv: list[str]) -> int:
     except Exception as exc:  # a bad endpoint string, say
         return _fail(f"check failed: {type(exc).__name__}: {exc}")
     if ns.json:
-        print(json.dumps([f.to_json() for f in result.findings], indent=1))
+        print_json(result.findings)
     else:
-        for f in result.findings:
-            print(f"{f.severity.upper():7s} {f.code} [{f.source}]: {f.message}\n        fix: {f.fix}")
+        print_findings(result.findings)
         if not result.findings:
             print(f"ok: no findings on {len(result.sources)} source(s) after {result.waited_s:.1f}s")
     for note in result.notes:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
+
+from eagle3_top.tracer.events import lookup
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _VBLOCKS = " ▁▂▃▄▅▆▇█"
@@ -35,14 +36,7 @@ def num(x: Any, fmt: str = "{:,.1f}") -> str:
     return str(x)
 
 
-def get(d: Mapping[str, Any] | None, *path: str) -> Any:
-    """Nested lookup that tolerates missing keys and non-map values (hello fields may be absent)."""
-    cur: Any = d
-    for p in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(p)
-    return cur
+get = lookup  # nested hello fields, tolerant of absent keys and odd values
 
 
 def short(s: Any, width: int) -> str:

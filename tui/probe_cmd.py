@@ -5,15 +5,13 @@ finding, 2 usage, input or connection problems (one line on stderr)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, print_findings, print_json
 
 
 def _fail(msg: str) -> int:
-    print(f"eagle3-top probe: {msg}", file=sys.stderr)
-    return EXIT_USAGE
+    return fail("eagle3-top probe", msg)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +75,7 @@ def main(argv: list[str]) -> int:
         return _fail(f"probe failed: {type(exc).__name__}: {exc}")
 
     if ns.json:
-        print(json.dumps([f.to_json() for f in result.findings], indent=1))
+        print_json(result.findings)
     else:
         print(f"verdict: {result.verdict}")
         if result.matrix is not None:
@@ -91,10 +89,7 @@ def main(argv: list[str]) -> int:
             print(
                 f"live traffic: accept length {result.live_accept:.2f} over {result.live_request_steps} request-steps"
             )
-        for f in result.findings:
-            if f.severity == "info" and f.code == "PROBE_OK":
-                continue
-            print(f"{f.severity.upper():7s} {f.code} [{f.source}]: {f.message}\n        fix: {f.fix}")
+        print_findings(f for f in result.findings if f.code != "PROBE_OK")
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     return EXIT_FINDINGS if has_errors(result.findings) else EXIT_OK

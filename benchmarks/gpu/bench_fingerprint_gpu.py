@@ -32,7 +32,7 @@ def gpu_time_us(fn: Any, n: int = 100) -> float:
     ts = []
     for _ in range(n):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(200_000)  # ~100 µs busy-wait: the CPU queues fn() while the GPU waits
+        torch.cuda._sleep(4_000_000)  # ~2 ms busy-wait: the CPU queues fn() while the GPU waits
         s.record()
         fn()
         e.record()

@@ -36,7 +36,6 @@ serve() {  # TAG ROOT PORT PUBPORT(or -) extra...
   unset EAGLE3_TOP_PUBLISH
 }
 wait_ready() {  # TAG PORT
-  local t0=$(date +%s)
   for i in $(seq 1 300); do
     python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$2/health', timeout=2)" 2>/dev/null && { echo "== $1 ready after $(( $(date +%s)-T0 )) s"; return 0; }
     kill -0 "$(cat $OUT/srvpid_$1)" 2>/dev/null || { echo "== $1 died"; tail -n 30 "$OUT/server_$1.log"; return 1; }
@@ -50,7 +49,8 @@ serve G1 /tmp/mt 30001 5567 $GRAPH
 serve N1 /tmp/mt 30002 - $GRAPH
 wait_ready G0 30000; wait_ready G1 30001; wait_ready N1 30002
 python3 "$B/server_client.py" check 30000 "$OUT/check_G0.json" &
-python3 "$B/server_client.py" check 30001 "$OUT/check_G1.json"; wait
+CK=$!
+python3 "$B/server_client.py" check 30001 "$OUT/check_G1.json"; wait $CK  # not a bare wait: servers run in the background
 sleep 2; touch "$OUT/stop_G0"; stop G0
 echo "== decode tokens/s: G1 (tracer publishing, subscriber attached) vs N1 (no tracer)"
 for bs in 1 32; do
