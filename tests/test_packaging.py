@@ -13,7 +13,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_wheel_contents(tmp_path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), ROOT],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            ROOT,
+        ],
         check=True,
         capture_output=True,
     )
@@ -33,4 +44,6 @@ def test_wheel_contents(tmp_path) -> None:
     meta = next(n for n in names if n.endswith("entry_points.txt"))
     entry_points = zipfile.ZipFile(wheel).read(meta).decode()
     assert "eagle3-top = eagle3_top.tui.cli:entry" in entry_points
-    assert "[sglang.srt.plugins]" in entry_points and "eagle3_top.hooks.sglang.plugin:register" in entry_points
+    assert (
+        "[sglang.srt.plugins]" in entry_points and "eagle3_top.hooks.sglang.plugin:register" in entry_points
+    )
