@@ -26,6 +26,13 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
     p.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     p.add_argument("--show-paths", action="store_true", help="print the bundled model directories and exit")
     p.add_argument("--max-steps-per-s", type=float, default=None, help="throttle verify steps (demo pacing)")
+    p.add_argument(
+        "--linger-on-error",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="after an engine failure, keep publishing hello/health this long (default 10)",
+    )
     p.add_argument("--rank", type=int, default=0, help="engine rank reported in the source id")
     p.add_argument(
         "--http",
@@ -131,6 +138,18 @@ def main(argv: list[str] | None = None) -> int:
         summary = engine.run(max_steps=ns.max_steps, on_step=on_step)
     except KeyboardInterrupt:
         summary = {"mean_accept_length": engine.mean_accept_length(), **engine.stats}
+    except Exception as exc:
+        # The engine itself failed (a wiring error that breaks the draft's fc, say). Like a server
+        # that crashes on its first forward: say so in one line, and keep the hello and a health
+        # event carrying the error on the wire for a moment, so a monitor can show why.
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        print(f"eagle3-top toy: engine failed: {why}", file=sys.stderr)
+        if publisher is not None:
+            publisher.last_error = f"engine failed: {why}"[:300]
+            deadline = time.monotonic() + ns.linger_on_error
+            while time.monotonic() < deadline and not stop:
+                time.sleep(0.1)
+        return 1
     finally:
         if front is not None:
             front.close()

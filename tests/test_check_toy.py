@@ -158,3 +158,34 @@ def test_bad_manifest_is_exit_2(tmp_path) -> None:
     bad.write_text(json.dumps({"eagle3_top_manifest": 7}))
     rc, _, err = check(free_endpoint(), str(bad))
     assert rc == 2 and "manifest version 7" in err
+
+
+def test_duplicate_ids_collapse_a_slot(engines, tmp_path) -> None:
+    # [2, 2, 5]: SGLang captures each layer once, so the draft's fc gets 2 slots where it wants 3
+    draft = _draft_variant(tmp_path, lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 2, 5]))
+    engines.append(e := Engine("--speculative-draft-model-path", draft))
+    rc, findings, err = check(e.endpoint, None, "--timeout", "8")
+    assert rc == 1, err
+    width = [f for f in findings if f["code"] == "AUX_WIDTH_MISMATCH"]
+    assert width and "256" in width[0]["message"] and "384" in width[0]["message"]
+
+
+def test_uninitialised_vocab_map(engines, tmp_path) -> None:
+    import torch
+
+    draft = _draft_variant(tmp_path, lambda c: None)
+    sd = torch.load(os.path.join(draft, "model.pt"), weights_only=True)
+    key = next(k for k in sd if k.endswith("d2t"))
+    sd[key] = torch.zeros_like(sd[key])  # arange-initialised hot-token map: draft id i -> target id i
+    torch.save(sd, os.path.join(draft, "model.pt"))
+    engines.append(e := Engine("--speculative-draft-model-path", draft))
+    rc, findings, _ = check(e.endpoint, None)
+    assert rc == 0 and findings == []  # without a manifest the map cannot be judged
+    data = tmp_path / "hs"
+    subprocess.run([*CLI, "toy", "gen-data", "--out", str(data), "--num-samples", "4"], check=True, capture_output=True)
+    m = tmp_path / "m.json"
+    subprocess.run([*CLI, "manifest", "build", "--draft", draft, "--data", str(data), "--out", str(m)], check=True, capture_output=True)
+    rc, findings, _ = check(e.endpoint, str(m))
+    codes = {f["code"] for f in findings}
+    assert rc == 1 and "VOCAB_MAP_INVALID" in codes
+    assert "all offsets are zero" in next(f["message"] for f in findings if f["code"] == "VOCAB_MAP_INVALID")
