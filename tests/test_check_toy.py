@@ -162,7 +162,9 @@ def test_bad_manifest_is_exit_2(tmp_path) -> None:
 
 def test_duplicate_ids_collapse_a_slot(engines, tmp_path) -> None:
     # [2, 2, 5]: SGLang captures each layer once, so the draft's fc gets 2 slots where it wants 3
-    draft = _draft_variant(tmp_path, lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 2, 5]))
+    draft = _draft_variant(
+        tmp_path, lambda c: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[2, 2, 5])
+    )
     engines.append(e := Engine("--speculative-draft-model-path", draft))
     rc, findings, err = check(e.endpoint, None, "--timeout", "8")
     assert rc == 1, err
@@ -182,9 +184,15 @@ def test_uninitialised_vocab_map(engines, tmp_path) -> None:
     rc, findings, _ = check(e.endpoint, None)
     assert rc == 0 and findings == []  # without a manifest the map cannot be judged
     data = tmp_path / "hs"
-    subprocess.run([*CLI, "toy", "gen-data", "--out", str(data), "--num-samples", "4"], check=True, capture_output=True)
+    subprocess.run(
+        [*CLI, "toy", "gen-data", "--out", str(data), "--num-samples", "4"], check=True, capture_output=True
+    )
     m = tmp_path / "m.json"
-    subprocess.run([*CLI, "manifest", "build", "--draft", draft, "--data", str(data), "--out", str(m)], check=True, capture_output=True)
+    subprocess.run(
+        [*CLI, "manifest", "build", "--draft", draft, "--data", str(data), "--out", str(m)],
+        check=True,
+        capture_output=True,
+    )
     rc, findings, _ = check(e.endpoint, str(m))
     codes = {f["code"] for f in findings}
     assert rc == 1 and "VOCAB_MAP_INVALID" in codes

@@ -689,3 +689,41 @@ def test_untested_version_stays_off_with_one_reason(loader: dict[str, Any]) -> N
     bad = loader["bad_version"]
     assert not bad["registered"] and "0.6.1" in bad["off"]
     assert bad["targets"] == []
+
+
+def _findings(hello: dict[str, Any], trained: list[int] | None) -> set[str]:
+    from eagle3_top.tracer.diagnose import SourceEvidence, diagnose
+    from eagle3_top.tracer.manifest import Manifest
+
+    ev = SourceEvidence("sglang:1:r0")
+    ev.hello = hello
+    manifest = None
+    if trained is not None:
+        manifest = Manifest(
+            "m.json",
+            {
+                "aux": {
+                    "layer_ids": trained,
+                    "concat_order": trained,
+                    "slots": len(trained),
+                    "slot_width": HIDDEN,
+                },
+                "reference": {"fingerprint": {"rms": [1.0] * len(trained), "mean": [0.0] * len(trained)}},
+            },
+        )
+    return {f.code for f in diagnose(ev, manifest)}
+
+
+def test_diagnosis_on_sglang_hellos(wiring: dict[str, Any]) -> None:
+    """The findings a deploy gate gets from SGLang's real objects, cause by cause."""
+    L = {k: v["hello"] for k, v in wiring["layers"].items()}
+    trained = [0, 2, 3]
+    assert _findings(L["nested"], trained) == set()
+    # ids not read: SGLang's default for 6 layers, [2, 3, 3], also collapses to two slots
+    not_read = {"LAYER_IDS_NOT_READ", "LAYER_MAP_MISMATCH", "AUX_WIDTH_MISMATCH"}
+    assert _findings(L["top_level"], trained) == not_read
+    assert _findings(L["missing"], trained) == not_read
+    assert _findings(L["out_of_order"], [3, 0, 2]) == {"LAYER_ORDER_MISMATCH"}
+    assert "AUX_WIDTH_MISMATCH" in _findings(L["duplicated"], None)
+    assert "AUX_WIDTH_MISMATCH" in _findings(L["unreachable"], None)
+    assert _findings(L["minus_one"], [-1, 2, 3]) == set()

@@ -185,10 +185,10 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
     for rw in rewrites if isinstance(rewrites, list) else []:
         if not isinstance(rw, dict):
             continue
-        req = lookup(hello, "spec", "requested", str(rw.get("param")))
-        explicit = req is not None
+        if rw.get("from") is None or lookup(hello, "spec", "requested", str(rw.get("param"))) is None:
+            continue  # a value the server chose where none was asked for: shown in the UI, not a finding
         add(
-            "SPEC_PARAM_REWRITTEN", ERROR if explicit else INFO,
+            "SPEC_PARAM_REWRITTEN", ERROR,
             f"{rw.get('param')} {rw.get('from')} → {rw.get('to')}: {rw.get('reason')}",
             f"request what the server will run (e.g. --speculative-{str(rw.get('param')).replace('_', '-')} "
             f"{rw.get('to')}) or change the flag that forces it",
