@@ -11,7 +11,7 @@ from .model import SourceSnapshot
 
 def render_histogram(src: SourceSnapshot | None, width: int, height: int) -> Text:
     t = Text(no_wrap=True, overflow="crop")
-    t.append("accept length histogram", style="bold underline")
+    t.append("accept len hist", style="bold underline")
     if src is None or src.summary.request_steps == 0:
         t.append("\nno steps yet", style="dim")
         return t
