@@ -22,6 +22,7 @@ import numpy as np
 from .deferred import Deferred, HostCopy
 
 SKETCH_DIM = 16
+MAX_DEVICE_ROWS = 128  # rows fingerprinted per call on a GPU; more are sampled with a stride
 SKETCH_SEED = 0xE3E3
 # Column layout of the raw per-slot stats row (sums, so that raw rows from many tensors add up),
 # followed by the SKETCH_DIM columns of the projected row sum.
@@ -53,11 +54,12 @@ def _sketch_on(device: Any, width: int) -> Any:
 class PendingFingerprint(Deferred):
     """Device-side reduction on its way to the host; resolves to the aux event fields."""
 
-    __slots__ = ("_copy", "rows", "slots", "width")
+    __slots__ = ("_copy", "rows", "rows_total", "slots", "width")
 
     def __init__(self, copy: Deferred, rows: int, slots: int, width: int) -> None:
         self._copy = copy
         self.rows = rows
+        self.rows_total = rows
         self.slots = slots
         self.width = width
 
@@ -65,7 +67,10 @@ class PendingFingerprint(Deferred):
         return np.asarray(self._copy.resolve())
 
     def resolve(self) -> dict[str, Any]:
-        return stats_to_fields(self.raw(), self.rows, self.slots, self.width)
+        fields = stats_to_fields(self.raw(), self.rows, self.slots, self.width)
+        if self.rows_total != self.rows:
+            fields["rows_total"] = self.rows_total  # the stats cover `rows` evenly strided rows
+        return fields
 
 
 def stats_to_fields(stats: np.ndarray, rows: int, slots: int, width: int) -> dict[str, Any]:
@@ -143,7 +148,14 @@ def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint
     rows = int(x3.shape[0])
     if x3.device.type == "cpu":
         return PendingFingerprint(_CpuStats(x3.detach().clone() if clone else x3), rows, slots, width)
-    return PendingFingerprint(HostCopy(_device_stats(x3)), rows, slots, width)
+    # On the device, a large verify batch is fingerprinted on an evenly strided subset of its rows
+    # (a view: no copy, no sync), so the cost stays near one read of MAX_DEVICE_ROWS rows.
+    step = -(-rows // MAX_DEVICE_ROWS)
+    if step > 1:
+        x3 = x3[::step]
+    pending = PendingFingerprint(HostCopy(_device_stats(x3)), int(x3.shape[0]), slots, width)
+    pending.rows_total = rows
+    return pending
 
 
 def _device_stats(x3: Any) -> Any:
@@ -151,7 +163,14 @@ def _device_stats(x3: Any) -> Any:
     if x3.device.type == "cuda" and x3.shape[0] > 0:
         from . import fingerprint_cuda
 
-        stats = fingerprint_cuda.raw_stats(x3, _sketch_on(x3.device, int(x3.shape[2])))
+        # Few rows (the sampled case): small row blocks keep every SM busy (H200: 8 rows per
+        # program on 128 rows measured 1.76x the read floor of the whole batch, 64 rows 2.3x).
+        cfg = (
+            dict(fingerprint_cuda.CONFIG, rows_per_prog=8, sub_rows=8)
+            if x3.shape[0] <= MAX_DEVICE_ROWS
+            else None
+        )
+        stats = fingerprint_cuda.raw_stats(x3, _sketch_on(x3.device, int(x3.shape[2])), cfg)
         if stats is not None:
             return stats
     return _raw_stats(x3)

@@ -110,6 +110,12 @@ def main() -> int:
             except Exception as exc:
                 print(f"fused {name} failed: {type(exc).__name__}: {exc}"[:400])
         timings["fingerprint() end to end (fused + pinned copy)"] = gpu_time_us(lambda: fingerprint(x, slots))
+        for stride in (4, 8):
+            for rpp in (16, 8):
+                cfg = dict(fc.CONFIG, rows_per_prog=rpp, sub_rows=8)
+                timings[f"fused on {R // stride} strided rows, rpp {rpp}"] = gpu_time_us(
+                    lambda cfg=cfg, stride=stride: fc._launch(x3[::stride], sk, cfg)
+                )
     res["timings_us"] = timings
     for k, v in timings.items():
         print(f"{k:50s} {v:8.2f} us = {v / floor:5.2f} x floor")
