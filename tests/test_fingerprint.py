@@ -111,3 +111,16 @@ def test_host_copy_reuses_pinned_buffers() -> None:
     for i in range(5):
         np.testing.assert_array_equal(HostCopy(t + i).resolve(), np.arange(10) + i)
     assert PINNED.allocated == before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_large_gpu_batches_are_fingerprinted_on_strided_rows() -> None:
+    from eagle3_top.tracer.fingerprint import MAX_DEVICE_ROWS
+
+    x = _aux(rows=1024).cuda()
+    fp = fingerprint_now(x, 3)
+    step = 1024 // MAX_DEVICE_ROWS
+    assert fp["rows"] == MAX_DEVICE_ROWS and fp["rows_total"] == 1024
+    ref = fingerprint_now(x[::step].cpu(), 3)
+    np.testing.assert_allclose(fp["rms"], ref["rms"], rtol=1e-3)
