@@ -24,6 +24,14 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
     )
     p.add_argument("--publish", metavar="ENDPOINT", help="ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:5557")
     p.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
+    p.add_argument(
+        "--curve-secret", metavar="FILE", help="serve CURVE-encrypted with this .key_secret certificate"
+    )
+    p.add_argument(
+        "--curve-clients",
+        metavar="DIR",
+        help="with --curve-secret: admit only the client certificates in DIR",
+    )
     p.add_argument("--show-paths", action="store_true", help="print the bundled model directories and exit")
     p.add_argument("--max-steps-per-s", type=float, default=None, help="throttle verify steps (demo pacing)")
     p.add_argument(
@@ -83,8 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     publisher = None
     if ns.publish:
         try:
+            secret = None
+            if ns.curve_secret:
+                from eagle3_top.tracer.curve import load_secret
+
+                secret = load_secret(ns.curve_secret)[1]
             publisher = Publisher(
-                ns.publish, SourceId.local(rank=ns.rank, engine="toy"), allow_remote=ns.allow_remote
+                ns.publish,
+                SourceId.local(rank=ns.rank, engine="toy"),
+                allow_remote=ns.allow_remote,
+                curve_secret_key=secret,
+                curve_clients_dir=ns.curve_clients,
             )
         except (EndpointError, Exception) as exc:
             print(f"eagle3-top toy: cannot publish on {ns.publish}: {exc}", file=sys.stderr)

@@ -66,6 +66,7 @@ class Publisher:
         sndhwm: int = DEFAULT_SNDHWM,
         allow_remote: bool = False,
         curve_secret_key: bytes | None = None,
+        curve_clients_dir: str | None = None,
         hello_interval_s: float = 5.0,
         health_interval_s: float = 1.0,
         context: zmq.Context | None = None,
@@ -100,6 +101,10 @@ class Publisher:
         sock.setsockopt(zmq.SNDHWM, sndhwm)
         sock.setsockopt(zmq.LINGER, 200)
         if curve_secret_key is not None:
+            if curve_clients_dir is not None:
+                from .curve import authorise_clients
+
+                authorise_clients(self._ctx, curve_clients_dir)
             sock.curve_server = True
             sock.curve_secretkey = curve_secret_key
         sock.bind(endpoint)  # bind errors surface here, in the caller, once

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from eagle3_top.tracer.subscriber import CurveClient, Subscriber
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -49,6 +50,7 @@ class Eagle3TopApp(App[None]):
         stale_after_s: float = 3.0,
         manifest: object | None = None,
         feed: Feed | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         super().__init__()
         self.endpoints = list(endpoints)
@@ -57,7 +59,9 @@ class Eagle3TopApp(App[None]):
         self._refresh_s = 1.0 / max(refresh_hz, 0.1)
         self.manifest = manifest
         self.feed = feed or Feed(
-            self.endpoints, state=MonitorState(stale_after_s=stale_after_s, manifest=manifest)
+            self.endpoints,
+            state=MonitorState(stale_after_s=stale_after_s, manifest=manifest),
+            subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
         )
         self.paused = False
         self.latest: Snapshot | None = None  # newest snapshot pulled from the feed
@@ -204,12 +208,14 @@ def run_app(
     refresh_hz: float = 4.0,
     stale_after_s: float = 3.0,
     on_exit: Iterable[Callable[[], object]] = (),
+    curve: CurveClient | None = None,
 ) -> None:
     """Run the live view until the user quits (q / ctrl+c)."""
     Eagle3TopApp(
         endpoints,
         title=title,
         manifest=manifest,
+        curve=curve,
         refresh_hz=refresh_hz,
         stale_after_s=stale_after_s,
         on_exit=on_exit,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, print_findings, print_json
+
+if TYPE_CHECKING:
+    from eagle3_top.tracer.subscriber import CurveClient
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 
@@ -15,6 +19,7 @@ eagle3-top check ENDPOINT --manifest M     headless verdict for a deploy pipelin
 eagle3-top manifest build|show ...         the training manifest
 eagle3-top probe --server URL --endpoint E --manifest M   replay training samples, compare aux rows
 eagle3-top toy [...]                       run the built-in EAGLE-3 engine and publish its trace
+eagle3-top keys DIR NAME                   write a CURVE certificate pair for remote tailing
 eagle3-top demo                            two built-in engines (healthy, mis-wired) + the monitor
 """
 
@@ -30,8 +35,39 @@ def live_parser() -> argparse.ArgumentParser:
         help="tcp://HOST:PORT or ipc://PATH (HOST:PORT is read as tcp)",
     )
     p.add_argument("--manifest", metavar="M", help="training manifest to diagnose against")
+    add_curve_arguments(p)
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
+
+
+def add_curve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--curve-server-key", metavar="FILE", help="the publisher's public certificate (CURVE)")
+    p.add_argument("--curve-client-secret", metavar="FILE", help="our .key_secret certificate (CURVE)")
+
+
+def curve_from(ns: argparse.Namespace) -> CurveClient | None:
+    """Raises tracer.curve.KeyError_ (one line) for a bad or half-given pair."""
+    from eagle3_top.tracer import curve
+
+    if not ns.curve_server_key and not ns.curve_client_secret:
+        return None
+    if not (ns.curve_server_key and ns.curve_client_secret):
+        raise curve.KeyError_("CURVE needs both --curve-server-key and --curve-client-secret")
+    return curve.client(ns.curve_server_key, ns.curve_client_secret)
+
+
+def cmd_keys(argv: list[str]) -> int:
+    from eagle3_top.tracer import curve
+
+    p = argparse.ArgumentParser(
+        prog="eagle3-top keys", description="Write a CURVE certificate pair (NAME.key, NAME.key_secret)."
+    )
+    p.add_argument("directory")
+    p.add_argument("name")
+    ns = p.parse_args(argv)
+    public, secret = curve.generate(ns.directory, ns.name)
+    print(f"public: {public}\nsecret: {secret} (keep it private)")
+    return EXIT_OK
 
 
 def _fail(msg: str) -> int:
@@ -56,16 +92,23 @@ def cmd_check(argv: list[str]) -> int:
     p.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for the evidence (default 30)"
     )
+    add_curve_arguments(p)
     try:
         ns = p.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_OK
+    from eagle3_top.tracer.curve import KeyError_
+
+    try:
+        curve = curve_from(ns)
+    except KeyError_ as exc:
+        return _fail(str(exc))
     try:
         manifest = load_manifest(ns.manifest) if ns.manifest else None
     except ManifestError as exc:
         return _fail(str(exc))
     try:
-        result = watch(ns.endpoints, manifest, steps=ns.steps, timeout=ns.timeout)
+        result = watch(ns.endpoints, manifest, steps=ns.steps, timeout=ns.timeout, curve=curve)
     except NoStream as exc:
         return _fail(str(exc))
     except Exception as exc:  # a bad endpoint string, say
@@ -168,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_check(args[1:])
     if cmd == "manifest":
         return cmd_manifest(args[1:])
+    if cmd == "keys":
+        return cmd_keys(args[1:])
     if cmd == "probe":
         from .probe_cmd import main as probe_main
 
@@ -186,9 +231,15 @@ def main(argv: list[str] | None = None) -> int:
             manifest = load_manifest(ns.manifest)
         except ManifestError as exc:
             return _fail(str(exc))
+    from eagle3_top.tracer.curve import KeyError_
+
+    try:
+        curve = curve_from(ns)
+    except KeyError_ as exc:
+        return _fail(str(exc))
     from .app import run_app
 
-    run_app(ns.endpoints or [DEFAULT_ENDPOINT], manifest=manifest)
+    run_app(ns.endpoints or [DEFAULT_ENDPOINT], manifest=manifest, curve=curve)
     return EXIT_OK
 
 
