@@ -21,6 +21,7 @@ Environment:
 - ``EAGLE3_TOP_ALLOW_REMOTE=1``: allow a non-loopback bind address.
 - ``EAGLE3_TOP_AUX_INTERVAL``: seconds between aux fingerprints (default 0.2).
 - ``EAGLE3_TOP_FORCE=1``: try on an SGLang version outside the tested range.
+- ``EAGLE3_TOP_CURVE_SECRET`` / ``EAGLE3_TOP_CURVE_CLIENTS``: CURVE certificate and admitted clients.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ ENV_ALL_RANKS = "EAGLE3_TOP_ALL_RANKS"
 ENV_ALLOW_REMOTE = "EAGLE3_TOP_ALLOW_REMOTE"
 ENV_AUX_INTERVAL = "EAGLE3_TOP_AUX_INTERVAL"
 ENV_FORCE = "EAGLE3_TOP_FORCE"
+ENV_CURVE_SECRET = "EAGLE3_TOP_CURVE_SECRET"  # .key_secret certificate: publish CURVE-encrypted
+ENV_CURVE_CLIENTS = "EAGLE3_TOP_CURVE_CLIENTS"  # directory of admitted client certificates
 
 SUPPORTED = ((0, 5, 17), (0, 5, 23))
 VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
@@ -255,10 +258,17 @@ def _start(worker: Any) -> Any:
         from eagle3_top.tracer.publisher import Publisher
 
         ep = endpoint_for_rank(endpoint, global_rank) if all_ranks else endpoint
+        secret = None
+        if os.environ.get(ENV_CURVE_SECRET):
+            from eagle3_top.tracer.curve import load_secret
+
+            secret = load_secret(os.environ[ENV_CURVE_SECRET])[1]
         publisher = Publisher(
             ep,
             SourceId.local(rank=global_rank, engine="sglang"),
             allow_remote=os.environ.get(ENV_ALLOW_REMOTE) == "1",
+            curve_secret_key=secret,
+            curve_clients_dir=os.environ.get(ENV_CURVE_CLIENTS) or None,
         )
         tracer = Tracer(publisher, aux_interval_s=float(os.environ.get(ENV_AUX_INTERVAL, "0.2")))
         _state["publisher"], _state["tracer"] = publisher, tracer
