@@ -8,19 +8,19 @@ maps draft ids to target ids (``d2t`` holds offsets target_id - draft_id).
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from .model import MLP, Attention, KVCache, RMSNorm, cache_geometry, rope_cos_sin
+from .model import MLP, Attention, HFStyleConfig, KVCache, RMSNorm, cache_geometry, rope_cos_sin
 
 
 @dataclass
-class ToyEagle3Config:
+class ToyEagle3Config(HFStyleConfig):
+    ARCHITECTURE: ClassVar[str] = "LlamaForCausalLMEagle3"
+
     hidden_size: int = 128
     num_hidden_layers: int = 1
     num_attention_heads: int = 4
@@ -37,10 +37,6 @@ class ToyEagle3Config:
     )
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
     def num_aux_hidden_states(self) -> int:
         """Resolved like SGLang's draft: eagle_config ids' length, else 3."""
         try:
@@ -48,29 +44,11 @@ class ToyEagle3Config:
         except Exception:
             return 3
 
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.update(
-            architectures=["LlamaForCausalLMEagle3"],
-            model_type="llama",
-            num_key_value_heads=self.num_attention_heads,
-            hidden_act="silu",
-            tie_word_embeddings=False,
-        )
-        return d
-
     @classmethod
-    def from_dict(cls, d: dict) -> ToyEagle3Config:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
+    def _known(cls, **kw: Any) -> dict[str, Any]:
         if not isinstance(kw.get("eagle_config"), dict):
             kw["eagle_config"] = {}
-        return cls(**kw)
-
-    @classmethod
-    def load(cls, directory: str) -> ToyEagle3Config:
-        with open(os.path.join(directory, "config.json")) as f:
-            return cls.from_dict(json.load(f))
+        return kw
 
 
 class Eagle3DecoderLayer(nn.Module):

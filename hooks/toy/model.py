@@ -12,14 +12,61 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from typing_extensions import Self
+
+
+class HFStyleConfig:
+    """config.json in Hugging Face's shape (what SGLang and SpecForge read), for a dataclass config."""
+
+    ARCHITECTURE: ClassVar[str]
+    hidden_size: int
+    num_attention_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)  # type: ignore[call-overload]  # subclasses are dataclasses
+        d.update(
+            architectures=[self.ARCHITECTURE],
+            model_type="llama",
+            num_key_value_heads=self.num_attention_heads,
+            hidden_act="silu",
+            tie_word_embeddings=False,
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Self:
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**cls._known(**{k: v for k, v in d.items() if k in names}))
+
+    @classmethod
+    def _known(cls, **kw: Any) -> dict[str, Any]:
+        """Last say over the known fields read from a config.json."""
+        return kw
+
+    def save(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "config.json"), "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+
+    @classmethod
+    def load(cls, directory: str) -> Self:
+        with open(os.path.join(directory, "config.json")) as f:
+            return cls.from_dict(json.load(f))
 
 
 @dataclass
-class ToyLlamaConfig:
+class ToyLlamaConfig(HFStyleConfig):
+    ARCHITECTURE: ClassVar[str] = "LlamaForCausalLM"
+
     hidden_size: int = 128
     num_hidden_layers: int = 8
     num_attention_heads: int = 4
@@ -30,36 +77,6 @@ class ToyLlamaConfig:
     max_position_embeddings: int = 512
     torch_dtype: str = "float16"
     initializer_range: float = 0.02
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.update(
-            architectures=["LlamaForCausalLM"],
-            model_type="llama",
-            num_key_value_heads=self.num_attention_heads,
-            hidden_act="silu",
-            tie_word_embeddings=False,
-        )
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ToyLlamaConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def save(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "config.json"), "w") as f:
-            json.dump(self.to_dict(), f, indent=2)
-
-    @classmethod
-    def load(cls, directory: str) -> ToyLlamaConfig:
-        with open(os.path.join(directory, "config.json")) as f:
-            return cls.from_dict(json.load(f))
 
 
 class RMSNorm(nn.Module):
