@@ -36,6 +36,10 @@ HELP_TEXT = """\
   [b]layers[/b]      capture layers, engine-native and canonical (output of 0-based block k,
               -1 = embeddings); "default (ids not read)" = the server ignored the
               draft config's aux layer ids and used its defaults
+  [b]layer map[/b]   with --manifest: per slot, the trained layer, the served one, live vs
+              training RMS and the direction (sketch) cosine; red = mismatch or drift
+  [b]findings[/b]    stable codes (LAYER_MAP_MISMATCH, ...), the same `eagle3-top check` prints
+  [b]probe[/b]       the last replayed training sample: served x trained slot similarity
 """
 
 
