@@ -228,3 +228,21 @@ def test_vocab_map_invalid(vocab, reason) -> None:
     found = diagnose(_evidence(HEALTHY_HELLO), _manifest(vocab=vocab))
     assert codes(found) == {"VOCAB_MAP_INVALID"}
     assert reason in found[0].message
+
+
+def test_direction_of_an_incoherent_slot_is_not_judged() -> None:
+    """An embedding slot: rows point every which way, so the mean row of a few hundred of them is
+    noise and its direction may differ from training's without anything being wrong."""
+    live_sketch = [list(-np.asarray(REF_SKETCH[0]) * 1e-3), REF_SKETCH[1], REF_SKETCH[2]]  # opposite, tiny
+    ref = copy.deepcopy(REF_SKETCH)
+    ref[0] = list(np.asarray(ref[0]) * 1e-3)
+    m = _manifest(reference={"fingerprint": {"rms": REF_RMS, "mean": [0.0, 0.1, 0.2], "sketch": ref}})
+    assert diagnose(_evidence(HEALTHY_HELLO, sketch=live_sketch), m) == []
+    # a coherent slot pointing elsewhere is judged
+    coherent = copy.deepcopy(REF_SKETCH)
+    coherent[1] = list(np.asarray(REF_SKETCH[1]) * 10)  # |mean row| ~ 0.8 of a row
+    turned = copy.deepcopy(coherent)
+    turned[1] = list(-np.asarray(coherent[1]))
+    m = _manifest(reference={"fingerprint": {"rms": REF_RMS, "mean": [0.0, 0.1, 0.2], "sketch": coherent}})
+    assert diagnose(_evidence(HEALTHY_HELLO, sketch=coherent), m) == []
+    assert codes(diagnose(_evidence(HEALTHY_HELLO, sketch=turned), m)) == {"AUX_STATS_DRIFT"}

@@ -27,6 +27,8 @@ MIN_REQUEST_STEPS = 200
 # Margins: a slot's RMS off by more than this factor, or its direction sketch below this cosine.
 RMS_RATIO_LIMIT = 3.0
 SKETCH_COSINE_FLOOR = 0.5
+# ... and only where the slot's mean row stands this many noise levels above zero (see _direction_is_signal).
+DIRECTION_SNR = 5.0
 # Conditional acceptance at a position this far (absolute) below training's acc_i.
 ACCEPT_GAP = 0.25
 
@@ -130,6 +132,19 @@ class SlotRow:
         return self.layer_ok and self.stats_ok is not False
 
 
+def _coherence(fields: dict[str, Any], i: int, width: int) -> float:
+    """|mean row| / |typical row| of slot i, from the sketch (which preserves norms) and the RMS."""
+    row_norm = float(fields["rms"][i]) * width**0.5
+    return float(np.linalg.norm(fields["sketch"][i])) / row_norm if row_norm > 0 else 0.0
+
+
+def _direction_is_signal(live: dict[str, Any], ref: dict[str, Any], i: int, rows: int, width: int) -> bool:
+    """Whether the mean-row directions can be compared at all. Where rows share little direction
+    (an embedding slot: every token points elsewhere) the mean of a few hundred rows is mostly
+    noise, of size ~1/sqrt(rows) of a row; compare only where the mean stands well above that."""
+    return min(_coherence(live, i, width), _coherence(ref, i, width)) * rows**0.5 >= DIRECTION_SNR
+
+
 def layer_map(
     hello: dict[str, Any] | None, live: dict[str, Any] | None, live_rows: int, manifest: Manifest
 ) -> list[SlotRow]:
@@ -153,8 +168,9 @@ def layer_map(
                 else None
             )
             ratio = (rms_l + 1e-12) / (rms_t + 1e-12)
+            judged = cos is not None and _direction_is_signal(live, ref, i, live_rows, manifest.slot_width)
             stats_ok = (1 / RMS_RATIO_LIMIT <= ratio <= RMS_RATIO_LIMIT) and (
-                cos is None or cos >= SKETCH_COSINE_FLOOR
+                not judged or (cos is not None and cos >= SKETCH_COSINE_FLOOR)
             )
         rows.append(SlotRow(i, t, v, rms_l, rms_t, cos, t is not None and t == v, stats_ok))
     return rows
