@@ -46,7 +46,18 @@ def parents_from_retrieve(next_token: np.ndarray, next_sibling: np.ndarray) -> n
 class DeferredStep(Deferred):
     """A verify step's tensors, copied asynchronously; columns are cut on the sender thread."""
 
-    __slots__ = ("step", "rids", "topk", "dt", "_draft", "_accept_lens", "_next", "_retrieve")
+    __slots__ = (
+        "step",
+        "rids",
+        "topk",
+        "dt",
+        "discarded",
+        "_keep",
+        "_draft",
+        "_accept_lens",
+        "_next",
+        "_retrieve",
+    )
 
     def __init__(
         self,
@@ -60,14 +71,25 @@ class DeferredStep(Deferred):
         retrieve: tuple[Any, Any] | None,
     ) -> None:
         self.step, self.rids, self.topk, self.dt = step, rids, topk, dt
+        self.discarded = 0
+        self._keep: list[bool] | None = None
         self._draft = HostCopy(draft)
         self._accept_lens = HostCopy(accept_lens)
         self._next = HostCopy(next_tokens)
         self._retrieve = None if retrieve is None else (HostCopy(retrieve[0]), HostCopy(retrieve[1]))
 
+    def discard(self, rows: Sequence[bool]) -> None:
+        """Leave out the rows the engine threw away (a request that had already finished when this
+        step's result was processed); ``rows`` is one flag per row, in row order. Host-side only."""
+        if len(rows) != len(self.rids) or not any(rows) or self._keep is not None:
+            return
+        self._keep = [not d for d in rows]
+        self.discarded = len(rows) - sum(self._keep)
+        self.rids = [r for r, k in zip(self.rids, self._keep, strict=True) if k]
+
     def resolve(self) -> dict[str, Any]:
         draft = self._draft.resolve()
-        bs = len(self.rids)
+        bs = len(self.rids) + self.discarded
         draft = draft.reshape(bs, -1)
         n = draft.shape[1]
         accept_lens = self._accept_lens.resolve().astype(np.int32).reshape(bs)
@@ -78,6 +100,11 @@ class DeferredStep(Deferred):
             parents = parents_from_retrieve(
                 self._retrieve[0].resolve().reshape(bs, n), self._retrieve[1].resolve().reshape(bs, n)
             )
+        if self._keep is not None:
+            rows = np.flatnonzero(self._keep)
+            draft, accept_lens, nxt = draft[rows], accept_lens[rows], nxt[rows]
+            keep = keep[rows]
+            parents = None if parents is None else parents[rows]
         return step_body(
             step=self.step,
             rids=self.rids,
@@ -87,6 +114,7 @@ class DeferredStep(Deferred):
             topk=self.topk,
             parents=parents,
             dt=self.dt,
+            discarded=self.discarded,
         )
 
 
@@ -101,6 +129,7 @@ class Tracer:
         self.steps = 0
         self._next_aux = 0.0
         self._slot_width: int | None = None
+        self._hooks: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     # -- guard -----------------------------------------------------------------------------------
 
@@ -118,6 +147,13 @@ class Tracer:
                 return None
 
         return wrapper  # type: ignore[return-value]
+
+    def hook(self, fn: F) -> F:
+        """``guarded(fn)``, built once per function (hooks call it on every step)."""
+        g = self._hooks.get(fn)
+        if g is None:
+            g = self._hooks[fn] = self.guarded(fn)
+        return g  # type: ignore[return-value]
 
     def hook_failed(self, exc: BaseException) -> None:
         self.publisher.count_hook_error(exc)
@@ -148,13 +184,32 @@ class Tracer:
         dt: float = 0.0,
     ) -> None:
         """One verify step. ``accept_lens`` counts the bonus token (SGLang's convention)."""
+        step = self.make_step(rids, draft, accept_lens, next_tokens, topk=topk, retrieve=retrieve, dt=dt)
+        if step is not None:
+            self.publish_step(step)
+
+    def make_step(
+        self,
+        rids: Sequence[str],
+        draft: Any,
+        accept_lens: Any,
+        next_tokens: Any,
+        *,
+        topk: int = 1,
+        retrieve: tuple[Any, Any] | None = None,
+        dt: float = 0.0,
+    ) -> DeferredStep | None:
+        """A step whose copies have started, to publish now or once the engine has judged its rows
+        (``DeferredStep.discard``, then ``publish_step``). None for an idle batch."""
         if not rids:
-            return  # idle batch
+            return None
         step = self.steps
         self.steps = step + 1
-        self.publisher.publish(
-            STEP, DeferredStep(step, list(rids), topk, dt, draft, accept_lens, next_tokens, retrieve)
-        )
+        return DeferredStep(step, list(rids), topk, dt, draft, accept_lens, next_tokens, retrieve)
+
+    def publish_step(self, step: DeferredStep) -> None:
+        if step.rids:  # every row discarded: nothing a subscriber should count
+            self.publisher.publish(STEP, step)
 
     def want_aux(self) -> bool:
         now = time.monotonic()

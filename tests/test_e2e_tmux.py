@@ -42,7 +42,8 @@ def test_demo_shows_the_bug_next_to_the_healthy_engine_and_quits_cleanly() -> No
     cmd = f"{sys.executable} -m eagle3_top.tui.cli demo --rate 30"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd], check=True)
     try:
-        screen = _wait_for(session, r"(?s)toy\s+live.*toy\s+live", 60)
+        # the demo builds its manifest first, and CI boxes are slow and shared
+        screen = _wait_for(session, r"(?s)toy\s+live.*toy\s+live", 180)
         # two sources, one near the 4.0 ceiling and one near 1
         _wait_for(session, r"live\s+3\.\d\d", 30)
         screen = _wait_for(session, r"live\s+1\.\d\d", 30)

@@ -86,24 +86,12 @@ def test_probe_body_roundtrip_and_compare_with_offset() -> None:
 # -- SGLang's prefill draft-extend, segmented per request -------------------------------------------------
 
 
-def test_sglang_prefill_rows_are_segmented_per_request() -> None:
+def test_sglang_prefill_rows_are_segmented_per_request(recording_pub) -> None:
     torch = pytest.importorskip("torch")
     from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.probe import make_around_prefill_extend
 
-    class FakePub:
-        def __init__(self) -> None:
-            self.events: list[tuple[str, object]] = []
-            self.hook_errors = 0
-
-        def publish(self, kind, body):
-            self.events.append((kind, body))
-            return True
-
-        def count_hook_error(self, exc):
-            raise AssertionError(exc)
-
-    pub = FakePub()
+    pub = recording_pub
     tracer = Tracer(pub)  # type: ignore[arg-type]
     tracer.set_slot_width(4)
     hidden = torch.arange(9 * 12, dtype=torch.float32).reshape(9, 12)
@@ -126,6 +114,7 @@ def test_sglang_prefill_rows_are_segmented_per_request() -> None:
     assert first.input_ids.tolist() == [5, 4, 3]
     np.testing.assert_allclose(first.aux, hidden[4:7].numpy())
     assert decode_probe(bodies[1]).input_ids.tolist() == [5, 5]
+    assert pub.hook_errors == 0, pub.last_error
 
 
 # -- the built-in engine over HTTP, the command end to end ----------------------------------------------
@@ -138,34 +127,45 @@ def free_port() -> int:
 
 
 class Toy:
+    """The built-in engine behind its HTTP front, on ports the child binds itself (port 0 / ``*``):
+    picking free ports here and handing them over races with every connection made meanwhile."""
+
     def __init__(self, *args: str) -> None:
-        self.port, self.pub_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.endpoint = f"tcp://127.0.0.1:{self.pub_port}"
+        self.url = self.endpoint = ""
+        self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            [*CLI, "toy", "--http", str(self.port), "--publish", self.endpoint, *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [*CLI, "toy", "--http", "0", "--publish", "tcp://127.0.0.1:*", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip())
+            if "publishing on " in line:
+                self.endpoint = line.split("publishing on ", 1)[1].strip()
+            if "serving /generate on " in line:
+                self.url = line.split("serving /generate on ", 1)[1].strip()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.stderr.read().decode() if self.proc.stderr else ""
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError("toy HTTP front did not come up")
+            assert self.proc.poll() is None, "\n".join(self.lines)
+            if self.url and self.endpoint:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    assert r.status == 200
+                return
+            time.sleep(0.1)
+        raise AssertionError("toy HTTP front did not come up:\n" + "\n".join(self.lines))
 
     def stop(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.communicate(timeout=10)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
 
 
 @pytest.fixture(scope="module")

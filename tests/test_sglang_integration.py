@@ -264,8 +264,11 @@ def _arch_rules() -> list[dict[str, Any]]:
     return rows
 
 
-def _verify_objects(bs: int, n: int, topk: int, accept_lens: list[int], seed: int) -> tuple[Any, Any, dict]:
-    """A real EagleVerifyInput / GenerationBatchResult / ScheduleBatch with small CPU tensors."""
+def _verify_objects(
+    bs: int, n: int, topk: int, accept_lens: list[int], seed: int, real_reqs: bool = False
+) -> tuple[Any, Any, dict]:
+    """A real EagleVerifyInput / GenerationBatchResult / ScheduleBatch with small CPU tensors
+    (and real ``Req`` objects when ``real_reqs``)."""
     import torch
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.managers.schedule_batch import ScheduleBatch
@@ -301,7 +304,15 @@ def _verify_objects(bs: int, n: int, topk: int, accept_lens: list[int], seed: in
         seq_lens_sum=int(seq_lens.sum()),
         seq_lens_cpu=seq_lens,
     )
-    reqs = [SimpleNamespace(rid=f"req-{seed}-{i}") for i in range(bs)]
+    if real_reqs:
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        reqs: list[Any] = [
+            Req(f"req-{seed}-{i}", "", [5, 6, 7], SamplingParams(max_new_tokens=8)) for i in range(bs)
+        ]
+    else:
+        reqs = [SimpleNamespace(rid=f"req-{seed}-{i}") for i in range(bs)]
     batch = ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.TARGET_VERIFY, spec_info=vi, device="cpu")
     hidden = torch.randn(bs * n, 3 * HIDDEN, generator=g)
     res = GenerationBatchResult(
@@ -318,6 +329,7 @@ def _verify_objects(bs: int, n: int, topk: int, accept_lens: list[int], seed: in
         "tokens": [t for i in range(bs) for t in nn[i][: accept_lens[i]]],
         "topk": topk,
         "parents": parents,
+        "draft_tokens_by_row": [nn[i][: accept_lens[i]] for i in range(bs)],
     }
     return batch, res, expect
 
@@ -329,7 +341,9 @@ def child_verify() -> dict[str, Any]:
 
     import torch
     from eagle3_top.hooks.sglang import plugin
+    from eagle3_top.hooks.sglang.verify import STEP_ATTR
     from eagle3_top.tracer.subscriber import Subscriber
+    from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.plugins.hook_registry import HookRegistry
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -347,10 +361,17 @@ def child_verify() -> dict[str, Any]:
     def fake_verify(self: Any, batch: Any, pp_proxy_tensors: Any = None, grammar_barrier: Any = None) -> Any:
         return results[id(batch)]  # run_eagle_verify needs a GPU; the hook wraps whatever is there
 
+    processed: list[tuple[int, int]] = []
+
+    def fake_process(self: Any, batch: Any, result: Any) -> None:
+        processed.append((id(batch), id(result)))  # the real one needs a whole live scheduler
+
     EAGLEWorkerV2.verify = fake_verify
+    Scheduler.process_batch_result = fake_process
     plugin.register()
     HookRegistry.apply_hooks()
     wrapped = getattr(EAGLEWorkerV2.verify, "__wrapped__", None) is fake_verify
+    wrapped = wrapped and getattr(Scheduler.process_batch_result, "__wrapped__", None) is fake_process
 
     worker = object.__new__(EAGLEWorkerV2)
     worker._target_worker = SimpleNamespace(model_runner=runner)
@@ -395,13 +416,51 @@ def child_verify() -> dict[str, Any]:
     results[id(broken)] = r1
     returned.append(worker.verify(broken) is r1)
 
+    # The overlap scheduler's tail row. Once process_batch_result has run through our hook, verify
+    # holds its step on the result; the hook publishes it, leaving out the rows SGLang skips: under
+    # overlap, requests already finished (or retracted) when the result is processed.
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+
+    overlap, sync = object.__new__(Scheduler), object.__new__(Scheduler)
+    overlap.enable_overlap, sync.enable_overlap = True, False
+    Scheduler.process_batch_result(overlap, idle, r1)  # a prefill-like call: no step held on it
+    tail: dict[str, Any] = {"held": [], "processed_ok": []}
+    for sched, gone, seed in (
+        (overlap, {1: "finished"}, 3),
+        (sync, {1: "finished"}, 4),
+        (overlap, {0: "retracted", 2: "finished"}, 5),
+    ):
+        b, r, e = _verify_objects(3, 4, 1, [2, 4, 3], seed=seed, real_reqs=True)
+        results[id(b)] = r
+        returned.append(worker.verify(b) is r)
+        tail["held"].append(getattr(r, STEP_ATTR, None) is not None)
+        for i, how in gone.items():
+            if how == "finished":
+                b.reqs[i].finished_reason = FINISH_LENGTH(length=8)
+            else:
+                b.reqs[i].is_retracted = True
+        Scheduler.process_batch_result(sched, b, r)
+        tail["processed_ok"].append(processed[-1] == (id(b), id(r)) and getattr(r, STEP_ATTR, None) is None)
+        keep = [i for i in range(3) if sched is sync or i not in gone]
+        expects.append(
+            {
+                "rids": [e["rids"][i] for i in keep],
+                "draft": [e["draft"][i] for i in keep],
+                "accepted": [e["accepted"][i] for i in keep],
+                "tokens": [t for i in keep for t in e["draft_tokens_by_row"][i]],
+                "topk": 1,
+                "parents": None,
+                "discarded": 3 - len(keep),
+            }
+        )
+
     events: list[Any] = []
     deadline = time.monotonic() + 8
     while time.monotonic() < deadline:
         events += sub.poll(200)
         kinds = [e.kind for e in events]
         if (
-            kinds.count("step") >= 2
+            kinds.count("step") >= 5
             and "aux" in kinds
             and any(e.kind == "health" and e.body.get("hook_errors") for e in events)
         ):
@@ -426,6 +485,7 @@ def child_verify() -> dict[str, Any]:
                     "accepted": dec(b["accepted"]),
                     "tokens": dec(b["tokens"]),
                     "parents": dec(b["parents"]),
+                    "discarded": b.get("discarded", 0),
                 }
             )
     hellos = [e.body for e in events + seen if e.kind == "hello"]
@@ -435,6 +495,7 @@ def child_verify() -> dict[str, Any]:
     return {
         "wrapped": wrapped,
         "returned": returned,
+        "tail": tail,
         "expects": expects,
         "steps": steps,
         "hello": hellos[-1] if hellos else None,
@@ -462,7 +523,9 @@ def child_plugin_loader() -> dict[str, Any]:
 
         return {
             "targets": sorted(
-                t for t in HookRegistry._hooks if t in (plugin.VERIFY_TARGET, plugin.SCHEDULER_INIT_TARGET)
+                t
+                for t in HookRegistry._hooks
+                if t in (plugin.VERIFY_TARGET, plugin.SCHEDULER_INIT_TARGET, plugin.RESULT_TARGET)
             ),
             "verify_wrapped": hasattr(EAGLEWorkerV2.verify, "__wrapped__"),
             "init_wrapped": hasattr(Scheduler.__init__, "__wrapped__"),
@@ -642,8 +705,9 @@ def test_verify_wrapper_publishes_real_steps(verify_run: dict[str, Any]) -> None
     assert verify_run["wrapped"], "HookRegistry did not wrap EAGLEWorkerV2.verify"
     assert all(verify_run["returned"]), "the wrapper must hand back the original result, always"
     steps, expects = verify_run["steps"], verify_run["expects"]
-    assert len(steps) == 2, steps  # idle / no-spec / broken batches publish nothing
+    assert len(steps) == 5, steps  # idle / no-spec / broken batches publish nothing
     for got, exp in zip(steps, expects, strict=True):
+        assert got["discarded"] == exp.get("discarded", 0)
         assert got["rids"] == exp["rids"]
         assert got["draft"] == exp["draft"]
         assert got["accepted"] == exp["accepted"]
@@ -654,6 +718,19 @@ def test_verify_wrapper_publishes_real_steps(verify_run: dict[str, Any]) -> None
         else:
             assert np.array(got["parents"]).reshape(len(exp["rids"]), -1).tolist() == exp["parents"]
     assert all(t != 0 for s in steps for t in s["tokens"])
+
+
+def test_overlap_tail_rows_are_left_out_as_sglang_skips_them(verify_run: dict[str, Any]) -> None:
+    """Under the overlap scheduler a request that finished one verify earlier is still in the next
+    batch; SGLang drops that row when it processes the result, and so must the stream, or every
+    request shows one verify step more than ``meta_info.spec_verify_ct``."""
+    tail = verify_run["tail"]
+    assert tail["held"] == [True, True, True], "steps must wait for the result to be processed"
+    assert all(tail["processed_ok"]), "SGLang's own result processing must run, on the same objects"
+    overlap_finished, sync_finished, overlap_mixed = verify_run["steps"][2:]
+    assert overlap_finished["rids"] == ["req-3-0", "req-3-2"] and overlap_finished["discarded"] == 1
+    assert sync_finished["batch"] == 3 and sync_finished["discarded"] == 0  # no overlap: SGLang keeps it
+    assert overlap_mixed["rids"] == ["req-5-1"] and overlap_mixed["discarded"] == 2
 
 
 def test_verify_wrapper_hello_aux_and_health(verify_run: dict[str, Any]) -> None:
@@ -680,7 +757,7 @@ def test_plugin_loader_runs_our_entry_point(loader: dict[str, Any]) -> None:
     off = loader["without_env"]
     assert off["targets"] == [] and not off["verify_wrapped"] and not off["init_wrapped"]
     on = loader["with_env"]
-    assert on["verify_wrapped"] and on["init_wrapped"] and len(on["targets"]) == 2
+    assert on["verify_wrapped"] and on["init_wrapped"] and len(on["targets"]) == 3
     assert not on["publisher"], "no socket may be bound outside a scheduler process"
     assert on["off"] is None
 

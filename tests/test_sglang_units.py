@@ -6,6 +6,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from eagle3_top.hooks.sglang import layers_native as ln
 from eagle3_top.hooks.sglang.launch import split_own_args
@@ -116,44 +117,89 @@ def test_spec_report_without_requested_values_reports_no_rewrites() -> None:
     assert live["effective"]["num_draft_tokens"] == 5
 
 
-def test_record_verify_on_plain_tensors() -> None:
+def _plain_verify(seed: int, accept_lens: list[int], rids: list[str]) -> tuple:
     torch = pytest.importorskip("torch")
-    from eagle3_top.hooks.sglang.verify import record_verify
-
-    calls: list = []
-
-    class T:
-        enabled = True
-
-        def record_step(self, *a, **k):
-            calls.append(("step", a, k))
-
-        def want_aux(self):
-            return True
-
-        def record_aux(self, h, where="x"):
-            calls.append(("aux", h.shape, where))
-
+    g = torch.Generator().manual_seed(seed)
+    bs, n = len(rids), 4
     si = SimpleNamespace(
-        draft_token=torch.arange(1, 9),
+        draft_token=torch.randint(1, 500, (bs * n,), generator=g),
         topk=1,
-        draft_token_num=4,
+        draft_token_num=n,
         retrieve_next_token=None,
         retrieve_next_sibling=None,
     )
-    batch = SimpleNamespace(
-        reqs=[SimpleNamespace(rid="a"), SimpleNamespace(rid="b")], spec_info=si, forward_mode=None
-    )
+    batch = SimpleNamespace(reqs=[SimpleNamespace(rid=r) for r in rids], spec_info=si, forward_mode=None)
     res = SimpleNamespace(
-        accept_lens=torch.tensor([1, 3]),
-        next_token_ids=torch.arange(8),
-        logits_output=SimpleNamespace(hidden_states=torch.zeros(8, 6)),
+        accept_lens=torch.tensor(accept_lens, dtype=torch.int32),
+        next_token_ids=torch.randint(1, 500, (bs * n,), generator=g),
+        logits_output=SimpleNamespace(hidden_states=torch.randn(bs * n, 6, generator=g)),
     )
-    assert record_verify(T(), batch, res, 0.1)
-    assert calls[0][0] == "step" and calls[0][1][0] == ["a", "b"] and calls[0][2]["topk"] == 1
-    assert calls[1] == ("aux", (8, 6), "verify_aux")
-    # a width we do not know (padded batch) is skipped, not guessed
-    si.draft_token_num = 3
-    assert not record_verify(T(), batch, res)
-    # idle
-    assert not record_verify(T(), SimpleNamespace(reqs=[], spec_info=si), res)
+    return batch, res
+
+
+def test_record_verify_on_plain_tensors(recording_pub) -> None:
+    from eagle3_top.hooks.attach import Tracer
+    from eagle3_top.hooks.sglang.verify import record_verify
+
+    tracer = Tracer(recording_pub, aux_interval_s=0.0)  # type: ignore[arg-type]
+    tracer.set_slot_width(2)
+    batch, res = _plain_verify(1, [1, 3], ["a", "b"])
+    assert record_verify(tracer, batch, res, 0.1)
+    (step,) = recording_pub.bodies("step")
+    draft = batch.spec_info.draft_token.view(2, 4).tolist()
+    assert step["rids"] == ["a", "b"] and step["topk"] == 1 and step["dt"] == 0.1
+    assert np.frombuffer(step["draft"], "<i4").reshape(2, 4).tolist() == draft
+    assert np.frombuffer(step["accepted"], "<i4").tolist() == [0, 2]
+    nxt = res.next_token_ids.view(2, 4).tolist()
+    assert np.frombuffer(step["tokens"], "<i4").tolist() == nxt[0][:1] + nxt[1][:3]
+    (aux,) = recording_pub.bodies("aux")
+    assert aux["where"] == "verify_aux" and aux["slots"] == 3 and aux["rows"] == 8
+    # a width we do not know (padded batch) is skipped, not guessed; so is an idle batch
+    batch.spec_info.draft_token_num = 3
+    assert not record_verify(tracer, batch, res)
+    assert not record_verify(tracer, SimpleNamespace(reqs=[], spec_info=batch.spec_info), res)
+    assert len(recording_pub.bodies("step")) == 1 and recording_pub.hook_errors == 0
+
+
+def test_held_step_is_released_without_the_rows_sglang_skips(recording_pub) -> None:
+    """The overlap tail row, on plain objects: the step waits on the result; the result-processing
+    hook drops rows of requests that had already finished, and always runs SGLang's own code."""
+    from eagle3_top.hooks.attach import Tracer
+    from eagle3_top.hooks.sglang.verify import STEP_ATTR, make_around_process_result, make_around_verify
+
+    tracer = Tracer(recording_pub)  # type: ignore[arg-type]
+    around_verify = make_around_verify(lambda _w: tracer, hold=lambda: True)
+    around_process = make_around_process_result()
+    batch, res = _plain_verify(2, [2, 4, 1], ["a", "b", "c"])
+    for i, r in enumerate(batch.reqs):
+        r.finished = (lambda done: lambda: done)(i == 1)
+        r.is_retracted = False
+    assert around_verify(lambda self, b: res, object(), batch) is res
+    assert getattr(res, STEP_ATTR) is not None and recording_pub.bodies("step") == []
+    ran: list = []
+    scheduler = SimpleNamespace(enable_overlap=True)
+    around_process(lambda self, b, r: ran.append((self, b, r)), scheduler, batch, res)
+    assert ran == [(scheduler, batch, res)] and getattr(res, STEP_ATTR) is None
+    (step,) = recording_pub.bodies("step")
+    assert step["rids"] == ["a", "c"] and step["batch"] == 2 and step["discarded"] == 1
+    assert np.frombuffer(step["accepted"], "<i4").tolist() == [1, 0]
+    nxt = res.next_token_ids.view(3, 4).tolist()
+    assert np.frombuffer(step["tokens"], "<i4").tolist() == nxt[0][:2] + nxt[2][:1]
+
+    # a result that cannot carry the step (__slots__) gets it published at once
+    class Slotted:
+        __slots__ = ("accept_lens", "next_token_ids", "logits_output")
+
+    slotted = Slotted()
+    slotted.accept_lens, slotted.next_token_ids, slotted.logits_output = (
+        res.accept_lens,
+        res.next_token_ids,
+        None,
+    )
+    around_verify(lambda self, b: slotted, object(), batch)
+    assert len(recording_pub.bodies("step")) == 2 and recording_pub.hook_errors == 0
+    # a hook that breaks is counted, and the server's result processing still runs
+    broken, res2 = _plain_verify(3, [1, 1, 1], ["a", "b", "c"])
+    around_verify(lambda self, b: res2, object(), broken)  # plain reqs: no finished()
+    around_process(lambda self, b, r: ran.append(r), scheduler, broken, res2)
+    assert ran[-1] is res2 and recording_pub.hook_errors == 1

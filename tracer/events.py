@@ -130,6 +130,7 @@ class StepView:
     accepted: np.ndarray  # [batch] int32, accepted draft tokens (bonus not counted)
     tokens: np.ndarray  # [sum(accepted + 1)] int32 committed tokens, request after request
     dt: float  # seconds the verify step took on the engine's clock
+    discarded: int = 0  # rows of this verify the engine threw away and the tracer left out
 
     @property
     def accept_lengths(self) -> np.ndarray:
@@ -181,6 +182,7 @@ def step_view(ev: Event) -> StepView:
         accepted=accepted,
         tokens=tokens,
         dt=float(dt) if isinstance(dt, (int, float)) else 0.0,
+        discarded=_int(b, "discarded", 0),
     )
 
 
@@ -194,10 +196,14 @@ def step_body(
     topk: int = 1,
     parents: np.ndarray | None = None,
     dt: float = 0.0,
+    discarded: int = 0,
 ) -> dict[str, Any]:
-    """Build the body of a step event from host arrays (draft is [batch, n], root first)."""
+    """Build the body of a step event from host arrays (draft is [batch, n], root first).
+
+    ``discarded``: rows of this verify left out because the engine threw them away (see protocol.md).
+    """
     batch, n = draft.shape
-    return {
+    body = {
         "step": step,
         "batch": batch,
         "n": n,
@@ -209,3 +215,6 @@ def step_body(
         "tokens": column(tokens),
         "dt": dt,
     }
+    if discarded:
+        body["discarded"] = discarded
+    return body

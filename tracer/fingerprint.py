@@ -163,13 +163,8 @@ def _device_stats(x3: Any) -> Any:
     if x3.device.type == "cuda" and x3.shape[0] > 0:
         from . import fingerprint_cuda
 
-        # Few rows (the sampled case): small row blocks keep every SM busy (H200: 8 rows per
-        # program on 128 rows measured 1.76x the read floor of the whole batch, 64 rows 2.3x).
-        cfg = (
-            dict(fingerprint_cuda.CONFIG, rows_per_prog=8, sub_rows=8)
-            if x3.shape[0] <= MAX_DEVICE_ROWS
-            else None
-        )
+        # the sampled case gets its own launch shape (benchmarks/gpu/bench_fingerprint_gpu.py)
+        cfg = fingerprint_cuda.SAMPLED_CONFIG if x3.shape[0] <= MAX_DEVICE_ROWS else None
         stats = fingerprint_cuda.raw_stats(x3, _sketch_on(x3.device, int(x3.shape[2])), cfg)
         if stats is not None:
             return stats

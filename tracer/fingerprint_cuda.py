@@ -3,7 +3,8 @@
 ``raw_stats(x3, sketch)`` returns exactly the raw layout of ``fingerprint._raw_stats`` —
 ``[slots, 6 + SKETCH_DIM]`` fp32: sum and sum of squares over finite rows, max and min over finite
 rows, NaN rows, Inf rows, then the sketch of the row sum — so ``stats_to_fields`` and
-``FingerprintAccumulator`` work unchanged. Every row is read (no sampling).
+``FingerprintAccumulator`` work unchanged. Every row it is given is read; ``fingerprint()`` hands it
+an evenly strided view of at most ``MAX_DEVICE_ROWS`` rows (``SAMPLED_CONFIG``).
 
 Kernel 1 (grid: row blocks x (slot, column block)) reads each element once: per-column partial sums
 of its row block, and per (row, slot, column block) partial sum of squares, finite max/min and
@@ -38,6 +39,9 @@ CONFIG: dict[str, int] = {
     "fin_rows": 128,
     "fin_warps": 4,
 }
+
+# For the sampled view (<= fingerprint.MAX_DEVICE_ROWS rows): small row blocks keep every SM busy.
+SAMPLED_CONFIG: dict[str, int] = dict(CONFIG, rows_per_prog=8, sub_rows=8)
 
 triton: Any = None
 tl: Any = None

@@ -46,7 +46,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     from eagle3_top.tracer import fingerprint_cuda as fc
-    from eagle3_top.tracer.fingerprint import _raw_stats, _sketch_on, fingerprint
+    from eagle3_top.tracer.fingerprint import MAX_DEVICE_ROWS, _raw_stats, _sketch_on, fingerprint
 
     dev = "cuda"
     res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
@@ -109,18 +109,50 @@ def main() -> int:
                 timings[f"fused {name}"] = gpu_time_us(lambda cfg=cfg: fc._launch(x3, sk, cfg))
             except Exception as exc:
                 print(f"fused {name} failed: {type(exc).__name__}: {exc}"[:400])
-        timings["fingerprint() end to end (fused + pinned copy)"] = gpu_time_us(lambda: fingerprint(x, slots))
-        for stride in (4, 8):
-            for rpp in (16, 8):
-                cfg = dict(fc.CONFIG, rows_per_prog=rpp, sub_rows=8)
-                timings[f"fused on {R // stride} strided rows, rpp {rpp}"] = gpu_time_us(
-                    lambda cfg=cfg, stride=stride: fc._launch(x3[::stride], sk, cfg)
-                )
+        timings["fingerprint() end to end, SAMPLED_CONFIG (default)"] = gpu_time_us(
+            lambda: fingerprint(x, slots)
+        )
+        # the sampled view fingerprint() takes: launch shapes, kernels alone and the whole call
+        xs = x3[:: -(-R // MAX_DEVICE_ROWS)]
+        default_sampled = dict(fc.SAMPLED_CONFIG)
+        sweep = []
+        for rpp, sub in ((4, 4), (8, 8), (16, 8), (16, 16)):
+            for bc, warps in ((512, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8)):
+                for fbc in (256, 1024):
+                    cfg = dict(
+                        fc.CONFIG, rows_per_prog=rpp, sub_rows=sub, block_c=bc, warps=warps, fin_block_c=fbc
+                    )
+                    try:
+                        k = gpu_time_us(lambda cfg=cfg: fc._launch(xs, sk, cfg), 40)
+                        fc.SAMPLED_CONFIG = cfg
+                        e2e = gpu_time_us(lambda: fingerprint(x, slots), 40)
+                    except Exception as exc:
+                        print(f"sampled {cfg} failed: {type(exc).__name__}: {exc}"[:300])
+                        continue
+                    finally:
+                        fc.SAMPLED_CONFIG = default_sampled
+                    sweep.append({"rpp": rpp, "sub": sub, "block_c": bc, "warps": warps, "fin_block_c": fbc,
+                                  "kernels_us": k, "end_to_end_us": e2e})  # fmt: skip
+        sweep.sort(key=lambda d: d["end_to_end_us"])
+        res["sampled_sweep"] = sweep
+        print(f"sampled view {list(xs.shape)}: best launch shapes (kernels / whole fingerprint() call)")
+        for d in sweep[:8]:
+            print(f"  {d}  = {d['kernels_us'] / floor:.2f} / {d['end_to_end_us'] / floor:.2f} x floor")
+        if sweep:
+            best_cfg = sweep[0]
+            fc.SAMPLED_CONFIG = dict(fc.CONFIG, rows_per_prog=best_cfg["rpp"], sub_rows=best_cfg["sub"],
+                                     block_c=best_cfg["block_c"], warps=best_cfg["warps"],
+                                     fin_block_c=best_cfg["fin_block_c"])  # fmt: skip
+            timings["fingerprint() end to end, best sampled shape (re-timed)"] = gpu_time_us(
+                lambda: fingerprint(x, slots)
+            )
+            fc.SAMPLED_CONFIG = default_sampled
     res["timings_us"] = timings
     for k, v in timings.items():
         print(f"{k:50s} {v:8.2f} us = {v / floor:5.2f} x floor")
     best = min((v for k, v in timings.items() if k.startswith("fused")), default=None)
-    res["default_ratio"] = timings.get("fused default", float("nan")) / floor
+    e2e = timings.get("fingerprint() end to end, SAMPLED_CONFIG (default)", float("nan"))
+    res["default_ratio"] = e2e / floor  # what the tracer pays per sampled aux step, copy included
     res["best_fused_ratio"] = best / floor if best else None
 
     # no host sync: fingerprint() and the verify wrapper's record path
@@ -189,7 +221,9 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
     good = ok_all and raised is None and pub.hook_errors == 0 and (res["default_ratio"] <= 2.0)
-    print("RESULT", "PASS" if good else "FAIL", f"fused default = {res['default_ratio']:.2f} x floor")
+    print(
+        "RESULT", "PASS" if good else "FAIL", f"fingerprint() end to end = {res['default_ratio']:.2f} x floor"
+    )
     return 0 if good else 1
 
 

@@ -6,12 +6,15 @@
 # plus a msgpack wheel in build/e3t-extra/ (the H200 image has no msgpack), then on the device:
 #   bash benchmarks/gpu/run_server_check.sh        (carry build/sglang-h200 and build/e3t-extra)
 #
-# Three servers start at once (tiny Llama target + EAGLE-3 draft from mkmodels.py, --attention-backend
+# Check: two servers at once (tiny Llama target + EAGLE-3 draft from mkmodels.py, --attention-backend
 # triton): G0 random weights, CUDA graphs off, tracer on; G1 'tied' weights (every draft accepted),
-# CUDA graphs on, tracer on; N1 = G1 without the tracer. A plain pyzmq subscriber records G0 and G1
-# from before their start (so warm-up and HEALTH_CHECK requests are seen); compare_check.py checks
-# hello and step rows against /get_server_info and meta_info. Then decode tokens/s, G1 (tracer
-# publishing, subscriber attached) vs N1, batch 1 and 32, alternating, 3 rounds each.
+# CUDA graphs on, tracer on. A plain pyzmq subscriber records each from before its start (so warm-up
+# and HEALTH_CHECK requests are seen); compare_check.py checks hello and step rows against
+# /get_server_info and meta_info.
+# Throughput: then one server at a time on the GPU, same flags as G1: T1 (tracer publishing, a
+# subscriber attached), N (no tracer), T2 (as T1): decode tokens/s at batch 1 and 32, 3 rounds each;
+# ratio = median(T1 + T2) / median(N). PHASES="T1 N T2" (default) picks the order.
+# SKIP_TPUT=1: the check only; ONLY_TPUT=1: the throughput only.
 set -u
 R=$(pwd); C=$R/build/sglang-h200; X=$R/build/e3t-extra; B=$R/benchmarks/gpu
 OUT=${OUT:-/tmp/e3t-out}; mkdir -p "$OUT"
@@ -44,36 +47,51 @@ wait_ready() {  # TAG PORT
 }
 stop() { kill "$(cat $OUT/srvpid_$1)" 2>/dev/null; }
 T0=$(date +%s)
+if [ "${ONLY_TPUT:-0}" != 1 ]; then
 serve G0 /tmp/mr 30000 5557 --disable-cuda-graph
 serve G1 /tmp/mt 30001 5567 $GRAPH
-serve N1 /tmp/mt 30002 - $GRAPH
-wait_ready G0 30000; wait_ready G1 30001; wait_ready N1 30002
+wait_ready G0 30000; wait_ready G1 30001
 python3 "$B/server_client.py" check 30000 "$OUT/check_G0.json" &
 CK=$!
 python3 "$B/server_client.py" check 30001 "$OUT/check_G1.json"; wait $CK  # not a bare wait: servers run in the background
-sleep 2; touch "$OUT/stop_G0"; stop G0
-echo "== decode tokens/s: G1 (tracer publishing, subscriber attached) vs N1 (no tracer)"
-for bs in 1 32; do
-  n=512; [ $bs = 32 ] && n=256
-  python3 "$B/server_client.py" tput 30001 $bs 64 >/dev/null; python3 "$B/server_client.py" tput 30002 $bs 64 >/dev/null
-  for round in 1 2 3; do
-    echo "G1 $(python3 "$B/server_client.py" tput 30001 $bs $n)" | tee -a "$OUT/tput.txt"
-    echo "N1 $(python3 "$B/server_client.py" tput 30002 $bs $n)" | tee -a "$OUT/tput.txt"
-  done
+sleep 2; touch "$OUT/stop_G0" "$OUT/stop_G1"; stop G0; stop G1
+wait "$(cat $OUT/subpid_G0)" "$(cat $OUT/subpid_G1)" 2>/dev/null
+for t in G0 G1; do
+  for i in $(seq 1 30); do kill -0 "$(cat $OUT/srvpid_$t)" 2>/dev/null || break; sleep 1; done
+  kill -9 "$(cat $OUT/srvpid_$t)" 2>/dev/null
 done
-sleep 2; touch "$OUT/stop_G1"; stop G1; stop N1
-wait "$(cat $OUT/subpid_G0)" "$(cat $OUT/subpid_G1)" 2>/dev/null; sleep 3
 cat "$OUT"/sub_*.log
 python3 "$B/compare_check.py" G0 "$OUT" /tmp/mr/draft/config.json
 python3 "$B/compare_check.py" G1 "$OUT" /tmp/mt/draft/config.json
+echo "== check done at $(( $(date +%s)-T0 )) s"
+fi
+[ "${SKIP_TPUT:-0}" = 1 ] && exit 0
+echo "== decode tokens/s, one server at a time: T = tracer publishing + subscriber attached, N = no tracer"
+P=30002
+for ph in ${PHASES:-T1 N T2}; do
+  P=$((P + 1))
+  if [ "${ph#T}" != "$ph" ]; then serve "$ph" /tmp/mt $P $((P + 2000)) $GRAPH; else serve "$ph" /tmp/mt $P - $GRAPH; fi
+  wait_ready "$ph" $P || continue
+  for bs in 1 32; do
+    n=512; [ $bs = 32 ] && n=256
+    python3 "$B/server_client.py" tput $P $bs 64 >/dev/null
+    for round in 1 2 3; do
+      echo "${ph:0:1} $(python3 "$B/server_client.py" tput $P $bs $n)" | tee -a "$OUT/tput.txt"
+    done
+  done
+  touch "$OUT/stop_$ph"; stop "$ph"
+  for i in $(seq 1 30); do kill -0 "$(cat $OUT/srvpid_$ph)" 2>/dev/null || break; sleep 1; done
+  kill -9 "$(cat $OUT/srvpid_$ph)" 2>/dev/null
+  [ -f "$OUT/subpid_$ph" ] && { wait "$(cat $OUT/subpid_$ph)" 2>/dev/null; cat "$OUT/sub_$ph.log"; }
+done
 python3 - "$OUT/tput.txt" <<'PY'
 import json, sys, statistics as st
 d = {}
 for line in open(sys.argv[1]):
     tag, js = line.split(" ", 1); x = json.loads(js); d.setdefault((x["bs"], tag), []).append(x["tok_s"])
 for bs in (1, 32):
-    g, n = st.median(d.get((bs, "G1"), [0])), st.median(d.get((bs, "N1"), [1]))
-    print(f"batch {bs}: tracer {g:.0f} tok/s, no tracer {n:.0f} tok/s, ratio {g / n:.3f} (runs {d.get((bs, 'G1'))} vs {d.get((bs, 'N1'))})")
+    g, n = st.median(d.get((bs, "T"), [0])), st.median(d.get((bs, "N"), [1]))
+    print(f"batch {bs}: tracer {g:.0f} tok/s, no tracer {n:.0f} tok/s, ratio {g / n:.3f} (runs {d.get((bs, 'T'))} vs {d.get((bs, 'N'))})")
 PY
-grep -h "eagle3-top\|eagle3_top" "$OUT"/server_G*.log | head -5
-for t in G0 G1 N1; do kill -9 "$(cat $OUT/srvpid_$t)" 2>/dev/null; done
+grep -h "eagle3-top\|eagle3_top" "$OUT"/server_*.log | sort | uniq -c | head -8
+echo "== all done at $(( $(date +%s)-T0 )) s"

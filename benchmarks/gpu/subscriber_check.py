@@ -2,7 +2,7 @@
 
 usage: subscriber_check.py TAG ENDPOINT SECONDS OUTDIR   (stops early when OUTDIR/stop_TAG exists)
 Writes OUTDIR/events_TAG.json: hello (last), per-rid step rows [accepted drafts per verify, in order],
-aux events (first 3), health (last), counts per kind.
+aux events (first 3), health (last), counts per kind, rows the tracer left out (step `discarded`).
 """
 
 import json
@@ -20,7 +20,7 @@ s.connect(ep)
 s.setsockopt(zmq.SUBSCRIBE, b"")
 kinds: dict[str, int] = {}
 rows: dict[str, list[int]] = {}
-hello, aux, health, seqgap, last_seq = None, [], None, 0, {}
+hello, aux, health, seqgap, last_seq, discarded = None, [], None, 0, {}, 0
 t_end = time.time() + secs
 stop = os.path.join(out, f"stop_{tag}")
 while time.time() < t_end and not os.path.exists(stop):
@@ -40,14 +40,16 @@ while time.time() < t_end and not os.path.exists(stop):
     elif k == "health":
         health = ev
     elif k == "step":
+        discarded += int(ev.get("discarded", 0))
         acc = ev["accepted"]
         if isinstance(acc, bytes):
             acc = np.frombuffer(acc, "<i4").tolist()
         for rid, a in zip(ev["rids"], acc, strict=True):
             rows.setdefault(str(rid), []).append(int(a))
 json.dump(
-    {"kinds": kinds, "seq_gaps": seqgap, "hello": hello, "aux": aux, "health": health, "rows": rows},
+    {"kinds": kinds, "seq_gaps": seqgap, "hello": hello, "aux": aux, "health": health, "rows": rows,
+     "discarded": discarded},  # fmt: skip
     open(os.path.join(out, f"events_{tag}.json"), "w"),
     default=str,
 )
-print("subscriber", tag, kinds, "rids", len(rows))
+print("subscriber", tag, kinds, "rids", len(rows), "discarded rows", discarded)

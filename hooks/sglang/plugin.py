@@ -8,6 +8,8 @@ AROUND hooks through SGLang's ``HookRegistry`` (applied by ``load_plugins`` righ
 - ``Scheduler.__init__``: once the scheduler exists, its spec worker is live; we build the tracer,
   bind the publisher and publish the hello (wiring report) from the live objects.
 - ``EAGLEWorkerV2.verify``: one step event per verify (``verify.py``).
+- ``Scheduler.process_batch_result``: publishes the step held on the verify result, without the rows
+  SGLang skips (a request that finished one step earlier, under the overlap scheduler).
 - ``EagleDraftWorker._draft_extend_for_prefill`` (when the class has it): the prefill aux rows of
   probe requests (rid carrying ``e3t-probe``), one ``probe`` event per request (``probe.py``).
 
@@ -46,6 +48,7 @@ ENV_CURVE_CLIENTS = "EAGLE3_TOP_CURVE_CLIENTS"  # directory of admitted client c
 SUPPORTED = ((0, 5, 17), (0, 5, 23))
 VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
 SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
+RESULT_TARGET = "sglang.srt.managers.scheduler.Scheduler.process_batch_result"
 PREFILL_EXTEND_TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill"
 
 _state: dict[str, Any] = {
@@ -54,6 +57,7 @@ _state: dict[str, Any] = {
     "tracers": {},  # id(worker) -> Tracer | None
     "publisher": None,
     "tracer": None,
+    "result_hook_live": False,  # Scheduler.process_batch_result ran through our hook: verify holds steps
 }
 _lock = threading.Lock()
 
@@ -127,14 +131,18 @@ def _register() -> None:
     if missing is not None:
         _one_line(f"SGLang {version} internals differ: {missing}")
         return
-    from .verify import make_around_verify
+    from .verify import make_around_process_result, make_around_verify
 
-    around_verify = make_around_verify(tracer_for_worker)
+    around_verify = make_around_verify(tracer_for_worker, hold=lambda: _state["result_hook_live"])
     try:
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     except ImportError:
         HookRegistry = None
     hooks = [(VERIFY_TARGET, around_verify), (SCHEDULER_INIT_TARGET, _around_scheduler_init)]
+    if _has_target(RESULT_TARGET):
+        hooks.append((RESULT_TARGET, make_around_process_result(_result_hook_live)))
+    else:
+        log.info("eagle3-top: no %s in this SGLang: overlap tail rows are published", RESULT_TARGET)
     if _has_target(PREFILL_EXTEND_TARGET):
         from .probe import make_around_prefill_extend
 
@@ -147,6 +155,10 @@ def _register() -> None:
         else:  # no registry: patch the class attributes ourselves
             _patch(target, around)
     _state["registered"] = True
+
+
+def _result_hook_live() -> None:
+    _state["result_hook_live"] = True
 
 
 def _has_target(target: str) -> bool:
@@ -310,4 +322,4 @@ def _reset_for_tests() -> None:
     pub = _state.get("publisher")
     if pub is not None:
         pub.close()
-    _state.update(registered=False, off=None, tracers={}, publisher=None, tracer=None)
+    _state.update(registered=False, off=None, tracers={}, publisher=None, tracer=None, result_hook_live=False)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eagle3_top.hooks.attach import Tracer
+from eagle3_top.hooks.attach import DeferredStep, Tracer
 
 # Attributes the wrapper reads; checked once against the live objects (plugin.check_internals).
 VERIFY_INPUT_ATTRS = (
@@ -25,6 +25,7 @@ VERIFY_INPUT_ATTRS = (
     "retrieve_next_sibling",
 )
 RESULT_ATTRS = ("accept_lens", "next_token_ids", "logits_output")
+STEP_ATTR = "_eagle3_top_step"  # (tracer, DeferredStep) held on the verify result until it is processed
 
 
 def _capturing() -> bool:
@@ -44,10 +45,11 @@ def _is_idle(batch: Any) -> bool:
         return False
 
 
-def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0) -> bool:
+def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0, hold: bool = False) -> bool:
     """Hand one verify step to the tracer. Returns False when the step was skipped.
 
-    Call inside ``tracer.guarded`` (``make_after_verify`` does).
+    ``hold``: keep the step on ``result`` for ``release_step`` instead of publishing it now.
+    Call inside ``tracer.guarded`` (``make_around_verify`` does).
     """
     if result is None or _capturing():
         return False
@@ -68,7 +70,15 @@ def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0) -> b
     rids = [str(r.rid) for r in reqs]
     topk = int(getattr(si, "topk", 1) or 1)
     retrieve = (si.retrieve_next_token, si.retrieve_next_sibling) if topk > 1 else None
-    tracer.record_step(rids, draft, accept_lens, next_tokens, topk=topk, retrieve=retrieve, dt=dt)
+    step = tracer.make_step(rids, draft, accept_lens, next_tokens, topk=topk, retrieve=retrieve, dt=dt)
+    if step is not None:
+        if hold:
+            try:
+                setattr(result, STEP_ATTR, (tracer, step))
+            except (AttributeError, TypeError):  # a result type with __slots__: publish now
+                hold = False
+        if not hold:
+            tracer.publish_step(step)
     lo = getattr(result, "logits_output", None)
     hidden = getattr(lo, "hidden_states", None) if lo is not None else None
     if (
@@ -81,11 +91,14 @@ def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0) -> b
     return True
 
 
-def make_around_verify(get_tracer: Callable[[Any], Tracer | None]) -> Callable[..., Any]:
+def make_around_verify(
+    get_tracer: Callable[[Any], Tracer | None], hold: Callable[[], bool] = lambda: False
+) -> Callable[..., Any]:
     """An AROUND hook ``fn(original, self, batch, *args, **kwargs)`` for HookRegistry.
 
     ``get_tracer(worker)`` returns the tracer for this worker, or None when this process/rank does
-    not publish (it must be cheap after the first call).
+    not publish (it must be cheap after the first call). ``hold()``: whether the result-processing
+    hook is live, so steps wait for it.
     """
 
     def around_verify(original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
@@ -96,15 +109,48 @@ def make_around_verify(get_tracer: Callable[[Any], Tracer | None]) -> Callable[.
         except Exception:
             tracer = None
         if tracer is not None and tracer.enabled:
-            _after(tracer, batch, result, time.perf_counter() - t0)
+            tracer.hook(record_verify)(tracer, batch, result, time.perf_counter() - t0, hold())
         return result
 
     return around_verify
 
 
-def _after(tracer: Tracer, batch: Any, result: Any, dt: float) -> None:
-    guarded = getattr(tracer, "_e3t_after_verify", None)
-    if guarded is None:
-        guarded = tracer.guarded(record_verify)
-        tracer._e3t_after_verify = guarded
-    guarded(tracer, batch, result, dt)
+def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep) -> None:
+    """Publish a held step, without the rows SGLang is about to skip.
+
+    Runs before SGLang processes the result, so ``req.finished()`` still says whether the request
+    had finished before this verify's tokens: exactly SGLang's own skip test
+    (``process_batch_result_decode``). Host-side flags only; the copies were started at verify.
+    """
+    reqs = getattr(batch, "reqs", None)
+    overlap = bool(
+        getattr(scheduler, "enable_overlap", False) or getattr(scheduler, "enable_overlap_mlx", False)
+    )
+    if overlap and reqs is not None and len(reqs) == len(step.rids):
+        gone = [bool(r.finished() or r.is_retracted) for r in reqs]
+        if any(gone) and all(str(r.rid) == rid for r, rid in zip(reqs, step.rids, strict=True)):
+            step.discard(gone)
+    tracer.publish_step(step)
+
+
+def make_around_process_result(on_call: Callable[[], None] = lambda: None) -> Callable[..., Any]:
+    """An AROUND hook for ``Scheduler.process_batch_result(self, batch, result)``: publishes the step
+    the verify wrapper held on ``result``. ``on_call()`` runs on every call (the plugin marks the
+    hook live with it)."""
+
+    def around_process_result(
+        original: Callable[..., Any], self: Any, batch: Any, result: Any, *a: Any, **kw: Any
+    ) -> Any:
+        try:
+            on_call()
+            held = getattr(result, STEP_ATTR, None)
+            if held is not None:
+                setattr(result, STEP_ATTR, None)
+                tracer, step = held
+                if tracer.enabled:
+                    tracer.hook(release_step)(tracer, self, batch, step)
+        except Exception:  # never in the server's way; release_step's own errors are counted
+            pass
+        return original(self, batch, result, *a, **kw)
+
+    return around_process_result
