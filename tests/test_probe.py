@@ -325,6 +325,28 @@ def test_not_an_sglang_server_is_exit_2(toys, manifest) -> None:
         srv.server_close()
 
 
+def test_probe_over_curve_needs_the_keys(manifest, tmp_path) -> None:
+    """A CURVE-encrypted server stream: the probe reads it with the client's certificate, and a
+    probe without one never sees the stream (exit 2, one line), while the HTTP side is unaffected."""
+    from eagle3_top.tracer import curve
+
+    server_pub, server_sec = curve.generate(str(tmp_path / "server"), "server")
+    _, client_sec = curve.generate(str(tmp_path / "clients"), "probe")
+    t = Toy("--curve-secret", server_sec, "--curve-clients", str(tmp_path / "clients"))
+    try:
+        t.wait_ready()
+        keys = ("--curve-server-key", server_pub, "--curve-client-secret", client_sec)
+        rc, findings, err, _ = probe(t.url, t.endpoint, manifest, "--samples", "2", *keys)
+        assert rc == 0, err
+        assert [f["code"] for f in findings] == ["PROBE_OK"]
+        rc, _, err, took = probe(t.url, t.endpoint, manifest, "--samples", "1", "--timeout", "3")
+        _one_line_exit_2(rc, err, took, "no hello within 3s")
+        rc, _, err, took = probe(t.url, t.endpoint, manifest, "--curve-server-key", server_pub)
+        _one_line_exit_2(rc, err, took, "CURVE needs both")
+    finally:
+        t.stop()
+
+
 # -- the TUI's probe panel ----------------------------------------------------------------------------
 
 

@@ -18,13 +18,16 @@ import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .diagnose import ERROR, INFO, WARNING, Finding, SourceEvidence, diagnose
 from .events import HELLO, PROBE, STEP, DecodeError, Event, step_view
 from .manifest import Manifest, unpack_rows
+
+if TYPE_CHECKING:
+    from .subscriber import CurveClient
 
 PROBE_MARKER = "e3t-probe"
 # A served slot "matches" a trained slot when the mean row cosine reaches this (float32 compare of
@@ -462,8 +465,10 @@ def run_probe(
     count: int = 4,
     timeout: float = 60.0,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    curve: CurveClient | None = None,
 ) -> ProbeResult:
-    """Subscribe, replay ``count`` samples through ``server``'s /generate, collect and judge."""
+    """Subscribe (CURVE-authenticated when ``curve`` is given), replay ``count`` samples through
+    ``server``'s /generate, collect and judge."""
     from .subscriber import Subscriber
 
     if not samples:
@@ -476,7 +481,7 @@ def run_probe(
         base = "http://" + base
     t0 = time.monotonic()
     deadline = t0 + timeout
-    sub = Subscriber(endpoints)
+    sub = Subscriber(endpoints, curve=curve)
     try:
         hellos: dict[str, dict[str, Any]] = {}
         evidence: dict[str, SourceEvidence] = {}

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
+from .curve_args import add_curve_arguments, curve_from
 from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, print_findings, print_json
-
-if TYPE_CHECKING:
-    from eagle3_top.tracer.subscriber import CurveClient
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 
@@ -38,22 +35,6 @@ def live_parser() -> argparse.ArgumentParser:
     add_curve_arguments(p)
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
-
-
-def add_curve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--curve-server-key", metavar="FILE", help="the publisher's public certificate (CURVE)")
-    p.add_argument("--curve-client-secret", metavar="FILE", help="our .key_secret certificate (CURVE)")
-
-
-def curve_from(ns: argparse.Namespace) -> CurveClient | None:
-    """Raises tracer.curve.KeyError_ (one line) for a bad or half-given pair."""
-    from eagle3_top.tracer import curve
-
-    if not ns.curve_server_key and not ns.curve_client_secret:
-        return None
-    if not (ns.curve_server_key and ns.curve_client_secret):
-        raise curve.KeyError_("CURVE needs both --curve-server-key and --curve-client-secret")
-    return curve.client(ns.curve_server_key, ns.curve_client_secret)
 
 
 def cmd_keys(argv: list[str]) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .curve_args import add_curve_arguments, curve_from
 from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, print_findings, print_json
 
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print findings as a JSON list")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole exchange (default 60)")
+    add_curve_arguments(p)
     return p
 
 
@@ -51,10 +53,15 @@ def main(argv: list[str]) -> int:
     if ns.samples < 1 or ns.max_new_tokens < 1 or ns.timeout <= 0:
         return _fail("--samples, --max-new-tokens and --timeout must be positive")
 
+    from eagle3_top.tracer.curve import KeyError_
     from eagle3_top.tracer.diagnose import has_errors
     from eagle3_top.tracer.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.probe import ProbeError, run_probe, samples_from_data, samples_from_manifest
 
+    try:
+        curve = curve_from(ns)
+    except KeyError_ as exc:
+        return _fail(str(exc))
     try:
         manifest = load_manifest(ns.manifest) if ns.manifest else None
         if ns.data:
@@ -67,7 +74,7 @@ def main(argv: list[str]) -> int:
             samples = samples_from_manifest(manifest)
         result = run_probe(
             ns.server, ns.endpoint, samples, manifest=manifest, count=ns.samples,
-            timeout=ns.timeout, max_new_tokens=ns.max_new_tokens,
+            timeout=ns.timeout, max_new_tokens=ns.max_new_tokens, curve=curve,
         )  # fmt: skip
     except (ManifestError, ProbeError) as exc:
         return _fail(str(exc))

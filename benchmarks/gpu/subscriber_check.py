@@ -47,8 +47,15 @@ while time.time() < t_end and not os.path.exists(stop):
         for rid, a in zip(ev["rids"], acc, strict=True):
             rows.setdefault(str(rid), []).append(int(a))
 json.dump(
-    {"kinds": kinds, "seq_gaps": seqgap, "hello": hello, "aux": aux, "health": health, "rows": rows,
-     "discarded": discarded},  # fmt: skip
+    {
+        "kinds": kinds,
+        "seq_gaps": seqgap,
+        "hello": hello,
+        "aux": aux,
+        "health": health,
+        "rows": rows,
+        "discarded": discarded,
+    },  # fmt: skip
     open(os.path.join(out, f"events_{tag}.json"), "w"),
     default=str,
 )
