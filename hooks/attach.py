@@ -1,7 +1,7 @@
 """Engine-neutral tracing: what a verify wrapper and an aux hook hand to the publisher.
 
 Engine adapters (the built-in engine, SGLang) extract tensors at their read points and call
-``Tracer.record_step`` / ``Tracer.record_aux``. Those calls only start device-to-host copies and
+``Tracer.make_step`` / ``Tracer.record_aux``. Those calls only start device-to-host copies and
 queue a deferred event; decoding tensors into columns happens on the publisher's sender thread.
 Every call is guarded: an exception is counted and reported in health events, and after
 ``max_errors`` the tracer switches itself off, says so once in the log, and the engine goes on.
@@ -172,22 +172,6 @@ class Tracer:
         """The target's hidden size: aux slots are counted from what arrives, not from config."""
         self._slot_width = width
 
-    def record_step(
-        self,
-        rids: Sequence[str],
-        draft: Any,
-        accept_lens: Any,
-        next_tokens: Any,
-        *,
-        topk: int = 1,
-        retrieve: tuple[Any, Any] | None = None,
-        dt: float = 0.0,
-    ) -> None:
-        """One verify step. ``accept_lens`` counts the bonus token (SGLang's convention)."""
-        step = self.make_step(rids, draft, accept_lens, next_tokens, topk=topk, retrieve=retrieve, dt=dt)
-        if step is not None:
-            self.publish_step(step)
-
     def make_step(
         self,
         rids: Sequence[str],
@@ -199,16 +183,17 @@ class Tracer:
         retrieve: tuple[Any, Any] | None = None,
         dt: float = 0.0,
     ) -> DeferredStep | None:
-        """A step whose copies have started, to publish now or once the engine has judged its rows
-        (``DeferredStep.discard``, then ``publish_step``). None for an idle batch."""
+        """One verify step whose copies have started, to publish now or once the engine has judged
+        its rows (``DeferredStep.discard``, then ``publish_step``). None for an idle batch.
+        ``accept_lens`` counts the bonus token (SGLang's convention)."""
         if not rids:
             return None
         step = self.steps
         self.steps = step + 1
         return DeferredStep(step, list(rids), topk, dt, draft, accept_lens, next_tokens, retrieve)
 
-    def publish_step(self, step: DeferredStep) -> None:
-        if step.rids:  # every row discarded: nothing a subscriber should count
+    def publish_step(self, step: DeferredStep | None) -> None:
+        if step is not None and step.rids:  # every row discarded: nothing a subscriber should count
             self.publisher.publish(STEP, step)
 
     def want_aux(self) -> bool:

@@ -95,7 +95,7 @@ def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
     def after_verify(batch: Any, result: Any, dt: float) -> None:
         si = batch.spec_info
         retrieve = (si.retrieve_next_token, si.retrieve_next_sibling) if si.topk > 1 else None
-        tracer.record_step(
+        step = tracer.make_step(
             [r.rid for r in batch.reqs],
             si.draft_token,
             result.accept_lens,
@@ -104,6 +104,7 @@ def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
             retrieve=retrieve,
             dt=dt,
         )
+        tracer.publish_step(step)
 
     def verify(batch: Any) -> Any:
         t0 = time.perf_counter()

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import zmq
 from eagle3_top.tracer.events import Event, SourceId
-from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.publisher import MemoryPublisher, Publisher
 from eagle3_top.tracer.subscriber import Subscriber
 
 
@@ -44,27 +44,6 @@ def raw_pub() -> Iterator[tuple[zmq.Socket, str]]:
     sock.close()
 
 
-class RecordingPublisher:
-    """What a Tracer needs of a Publisher, keeping events in memory (bodies left unresolved)."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, object]] = []
-        self.hook_errors = 0
-        self.last_error: str | None = None
-        self.disabled = False
-
-    def publish(self, kind: str, body: object) -> bool:
-        self.events.append((kind, body))
-        return True
-
-    def count_hook_error(self, exc: BaseException) -> None:
-        self.hook_errors += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
-
-    def bodies(self, kind: str) -> list[dict]:
-        return [b.resolve() if hasattr(b, "resolve") else b for k, b in self.events if k == kind]  # type: ignore[misc]
-
-
 @pytest.fixture
-def recording_pub() -> RecordingPublisher:
-    return RecordingPublisher()
+def recording_pub() -> MemoryPublisher:
+    return MemoryPublisher()

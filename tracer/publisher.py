@@ -225,3 +225,26 @@ class Publisher:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
+
+
+class MemoryPublisher:
+    """What a ``Tracer`` uses of a ``Publisher``, keeping events in memory, unencoded: for tests,
+    benchmarks and in-process tools that want the bodies without a socket."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+        self.hook_errors = 0
+        self.last_error: str | None = None
+        self.disabled = False
+
+    def publish(self, kind: str, body: Any) -> bool:
+        self.events.append((kind, body))
+        return True
+
+    def count_hook_error(self, exc: BaseException) -> None:
+        self.hook_errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+
+    def bodies(self, kind: str) -> list[Any]:
+        """Bodies of one kind, deferred ones resolved (this waits for their device copies)."""
+        return [b.resolve() if isinstance(b, Deferred) else b for k, b in self.events if k == kind]

@@ -158,22 +158,9 @@ def main() -> int:
     # no host sync: fingerprint() and the verify wrapper's record path
     from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.verify import record_verify
+    from eagle3_top.tracer.publisher import MemoryPublisher
 
-    class FakePublisher:
-        def __init__(self) -> None:
-            self.events: list[tuple[str, Any]] = []
-            self.hook_errors = 0
-            self.last_error: str | None = None
-            self.disabled = False
-
-        def publish(self, kind: str, body: Any) -> None:
-            self.events.append((kind, body))
-
-        def count_hook_error(self, exc: BaseException) -> None:
-            self.hook_errors += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-
-    pub = FakePublisher()
+    pub = MemoryPublisher()
     tracer = Tracer(pub, aux_interval_s=0.0)  # type: ignore[arg-type]
     tracer.set_slot_width(C // slots)
     bs, n = 64, 16

@@ -4,7 +4,7 @@ After the original returns, everything for one verify step is on the device toge
 §1.6): rids in row order (``batch.reqs[i].rid``), the proposed tree (``batch.spec_info``, the
 ``EagleVerifyInput``), ``accept_lens`` (drafts + bonus), the committed ``next_token_ids`` and the aux
 states the draft consumes next (``logits_output.hidden_states``). We only hand tensors to
-``Tracer.record_step`` / ``record_aux``, which start non-blocking copies; nothing here synchronises
+``Tracer.make_step`` / ``record_aux``, which start non-blocking copies; nothing here synchronises
 the device (no ``.item()``, ``.tolist()``, ``.cpu()``, boolean masks).
 """
 
