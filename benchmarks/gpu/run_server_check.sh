@@ -12,7 +12,8 @@
 # and HEALTH_CHECK requests are seen); compare_check.py checks hello and step rows against
 # /get_server_info and meta_info.
 # Throughput: then one server at a time on the GPU, same flags as G1: T1 (tracer publishing, a
-# subscriber attached), N (no tracer), T2 (as T1): decode tokens/s at batch 1 and 32, 3 rounds each;
+# subscriber attached), N (no tracer), T2 (as T1): decode tokens/s at batch 1 (1536 tokens) and 32
+# (512 tokens each), 5 rounds each;
 # ratio = median(T1 + T2) / median(N). PHASES="T1 N T2" (default) picks the order.
 # SKIP_TPUT=1: the check only; ONLY_TPUT=1: the throughput only.
 set -u
@@ -73,9 +74,9 @@ for ph in ${PHASES:-T1 N T2}; do
   if [ "${ph#T}" != "$ph" ]; then serve "$ph" /tmp/mt $P $((P + 2000)) $GRAPH; else serve "$ph" /tmp/mt $P - $GRAPH; fi
   wait_ready "$ph" $P || continue
   for bs in 1 32; do
-    n=512; [ $bs = 32 ] && n=256
+    n=1536; [ $bs = 32 ] && n=512
     python3 "$B/server_client.py" tput $P $bs 64 >/dev/null
-    for round in 1 2 3; do
+    for round in 1 2 3 4 5; do
       echo "${ph:0:1} $(python3 "$B/server_client.py" tput $P $bs $n)" | tee -a "$OUT/tput.txt"
     done
   done
