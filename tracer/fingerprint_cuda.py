@@ -223,7 +223,8 @@ def raw_stats(x3: Any, sketch: Any, config: dict[str, int] | None = None) -> Any
         return None
 
 
-def _launch(x3: Any, sketch: Any, cfg: dict[str, int]) -> Any:
+def _launch(x3: Any, sketch: Any, cfg: dict[str, int], main_only: bool = False) -> Any:
+    """Both kernels (``main_only``: the first alone, for the benchmark's breakdown)."""
     import torch
 
     assert _kernels is not None
@@ -251,6 +252,8 @@ def _launch(x3: Any, sketch: Any, cfg: dict[str, int]) -> Any:
         NOUT=nout, OUTP2=_next_pow2(slots * nout), RPP=rpp, SUB=sub, BC=bc,
         num_warps=cfg["warps"],
     )  # fmt: skip
+    if main_only:
+        return out
     fbc = cfg["fin_block_c"]
     n_chunks = -(-width // fbc)
     final[(slots, n_chunks)](

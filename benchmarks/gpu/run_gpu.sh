@@ -3,7 +3,7 @@
 #   bash benchmarks/gpu/run_gpu.sh       -> fingerprint benchmark, GPU tests, real-server check
 set -u
 OUT=${OUT:-/tmp/e3t-out}; export OUT; mkdir -p "$OUT"; B=$(pwd)/benchmarks/gpu
-T0=$(date +%s)
+T0=$(date +%s); export T_START=$T0
 bash "$B/install_plugin.sh" || exit 1
 export PYTHONPATH=/tmp/site:/tmp/e3t CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

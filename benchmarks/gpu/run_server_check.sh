@@ -15,7 +15,8 @@
 # subscriber attached), N (no tracer), T2 (as T1): decode tokens/s at batch 1 (1536 tokens) and 32
 # (512 tokens each), 5 rounds each;
 # ratio = median(T1 + T2) / median(N). PHASES="T1 N T2" (default) picks the order.
-# SKIP_TPUT=1: the check only; ONLY_TPUT=1: the throughput only.
+# SKIP_TPUT=1: the check only; ONLY_TPUT=1: the throughput only; DEADLINE_S: seconds after T_START
+# by which everything must be done (phases that would not fit are skipped, and say so).
 set -u
 R=$(pwd); C=$R/build/sglang-h200; X=$R/build/e3t-extra; B=$R/benchmarks/gpu
 OUT=${OUT:-/tmp/e3t-out}; mkdir -p "$OUT"
@@ -47,7 +48,7 @@ wait_ready() {  # TAG PORT
   done; return 1
 }
 stop() { kill "$(cat $OUT/srvpid_$1)" 2>/dev/null; }
-T0=$(date +%s)
+T0=$(date +%s); T_START=${T_START:-$T0}  # T_START: when the whole device call began (run_gpu.sh)
 if [ "${ONLY_TPUT:-0}" != 1 ]; then
 serve G0 /tmp/mr 30000 5557 --disable-cuda-graph
 serve G1 /tmp/mt 30001 5567 $GRAPH
@@ -70,6 +71,8 @@ fi
 echo "== decode tokens/s, one server at a time: T = tracer publishing + subscriber attached, N = no tracer"
 P=30002
 for ph in ${PHASES:-T1 N T2}; do
+  # a device call has a time limit: start no phase that could not finish inside DEADLINE_S
+  if [ $(( $(date +%s) - T_START )) -gt $(( ${DEADLINE_S:-100000} - 110 )) ]; then echo "== $ph skipped: out of time"; continue; fi
   P=$((P + 1))
   if [ "${ph#T}" != "$ph" ]; then serve "$ph" /tmp/mt $P $((P + 2000)) $GRAPH; else serve "$ph" /tmp/mt $P - $GRAPH; fi
   wait_ready "$ph" $P || continue
