@@ -193,7 +193,11 @@ class Tracer:
         return DeferredStep(step, list(rids), topk, dt, draft, accept_lens, next_tokens, retrieve)
 
     def publish_step(self, step: DeferredStep | None) -> None:
-        if step is not None and step.rids:  # every row discarded: nothing a subscriber should count
+        if step is None:
+            return
+        if step.discarded:
+            self.publisher.discarded_rows += step.discarded
+        if step.rids:  # every row discarded (a batch that had all finished): no step to count
             self.publisher.publish(STEP, step)
 
     def want_aux(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 
@@ -79,12 +80,15 @@ class HostCopy(Deferred):
 
     __slots__ = ("_host", "_event", "_buf", "_key", "_shape", "_numel")
 
-    def __init__(self, tensor: Any) -> None:
+    def __init__(self, tensor: Any, writer: Callable[[Any, Any], bool] | None = None) -> None:
+        """``writer(tensor, pinned_host)``: queues its own device-side write into the pinned buffer
+        and returns True, or False to have the DMA engine copy it (``non_blocking``)."""
         if tensor.device.type == "cuda":
             numel = int(tensor.numel())
             key, buf, event = PINNED.take(tensor.dtype, numel)
             host = buf[:numel].view(tensor.shape)
-            host.copy_(tensor, non_blocking=True)
+            if writer is None or not writer(tensor, host):
+                host.copy_(tensor, non_blocking=True)
             event.record()
             self._event: Any = event
             self._buf: Any = buf

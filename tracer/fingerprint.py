@@ -153,9 +153,16 @@ def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint
     step = -(-rows // MAX_DEVICE_ROWS)
     if step > 1:
         x3 = x3[::step]
-    pending = PendingFingerprint(HostCopy(_device_stats(x3)), int(x3.shape[0]), slots, width)
+    pending = PendingFingerprint(HostCopy(_device_stats(x3), _host_writer()), int(x3.shape[0]), slots, width)
     pending.rows_total = rows
     return pending
+
+
+def _host_writer() -> Any:
+    """The fused path's copy kernel for the small result, when triton is there (else a D2H copy)."""
+    from . import fingerprint_cuda
+
+    return fingerprint_cuda.copy_to_host if fingerprint_cuda.available() else None
 
 
 def _device_stats(x3: Any) -> Any:

@@ -45,11 +45,12 @@ SAMPLED_CONFIG: dict[str, int] = dict(CONFIG, rows_per_prog=8, sub_rows=8)
 
 triton: Any = None
 tl: Any = None
-_kernels: tuple[Any, Any] | None = None
+_kernels: tuple[Any, Any, Any] | None = None
 _failed: str | None = None
+_copy_failed: str | None = None
 
 
-def _build() -> tuple[Any, Any]:
+def _build() -> tuple[Any, Any, Any]:
     global triton, tl
     import triton as _triton
     import triton.language as _tl
@@ -162,21 +163,20 @@ def _build() -> tuple[Any, Any]:
         mn_t = tl.full([FR], float("inf"), tl.float32)
         nan_t = tl.zeros([FR], dtype=tl.float32)
         inf_t = tl.zeros([FR], dtype=tl.float32)
+        cb2 = cbs[:, None]
+        cbm2 = cbm[:, None]
         for r0 in range(ch * FR, rows, n_chunks * FR):
             r = r0 + rr
             rm = r < rows
-            sq = tl.zeros([FR], dtype=tl.float32)
-            mx = tl.full([FR], float("-inf"), tl.float32)
-            mn = tl.full([FR], float("inf"), tl.float32)
-            na = tl.zeros([FR], dtype=tl.float32)
-            nf = tl.zeros([FR], dtype=tl.float32)
-            for c in range(0, n_cb):
-                off = (s * n_cb + c) * rows + r
-                sq += tl.load(rp_ptr + off, mask=rm, other=0.0)
-                mx = tl.maximum(mx, tl.load(rp_ptr + kst + off, mask=rm, other=float("-inf")))
-                mn = tl.minimum(mn, tl.load(rp_ptr + 2 * kst + off, mask=rm, other=float("inf")))
-                na = tl.maximum(na, tl.load(rp_ptr + 3 * kst + off, mask=rm, other=0.0))
-                nf = tl.maximum(nf, tl.load(rp_ptr + 4 * kst + off, mask=rm, other=0.0))
+            # all column blocks of these rows in one 2D load per statistic: a loop over the
+            # column blocks would chain n_cb dependent global loads (the sampled case's latency)
+            off = (s * n_cb + cb2) * rows + r[None, :]
+            m2 = cbm2 & rm[None, :]
+            sq = tl.sum(tl.load(rp_ptr + off, mask=m2, other=0.0), axis=0)
+            mx = tl.max(tl.load(rp_ptr + kst + off, mask=m2, other=float("-inf")), axis=0)
+            mn = tl.min(tl.load(rp_ptr + 2 * kst + off, mask=m2, other=float("inf")), axis=0)
+            na = tl.max(tl.load(rp_ptr + 3 * kst + off, mask=m2, other=0.0), axis=0)
+            nf = tl.max(tl.load(rp_ptr + 4 * kst + off, mask=m2, other=0.0), axis=0)
             fin = (na == 0) & (nf == 0) & rm
             sq_t += tl.where(fin, sq, 0.0)
             mx_t = tl.maximum(mx_t, tl.where(fin, mx, float("-inf")))
@@ -189,7 +189,14 @@ def _build() -> tuple[Any, Any]:
         tl.atomic_add(o + 4, tl.sum(nan_t, axis=0))
         tl.atomic_add(o + 5, tl.sum(inf_t, axis=0))
 
-    return _fp_main, _fp_final
+    @triton.jit
+    def _fp_copy(src_ptr, dst_ptr, n, NP2: tl.constexpr):
+        # device result -> mapped pinned host memory: a 1-program kernel costs less GPU time than
+        # the DMA engine's D2H copy of a few hundred bytes (H200: ~7.7 us per copy)
+        o = tl.arange(0, NP2)
+        tl.store(dst_ptr + o, tl.load(src_ptr + o, mask=o < n), mask=o < n)
+
+    return _fp_main, _fp_final, _fp_copy
 
 
 def _next_pow2(n: int) -> int:
@@ -223,12 +230,40 @@ def raw_stats(x3: Any, sketch: Any, config: dict[str, int] | None = None) -> Any
         return None
 
 
+class HostPointer:
+    """A pinned host buffer handed to a Triton kernel as a pointer: with unified addressing, pinned
+    host memory is directly addressable from the device at the same address (no mapping call)."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+        self.dtype = host.dtype
+
+    def data_ptr(self) -> int:
+        return int(self.host.data_ptr())
+
+
+def copy_to_host(src: Any, host: Any) -> bool:
+    """Queue a kernel that writes the small device tensor ``src`` into pinned ``host`` (same numel,
+    float32). False when that cannot be done here (the caller copies with the DMA engine)."""
+    global _copy_failed
+    if _copy_failed is not None or _kernels is None:
+        return False
+    try:
+        n = int(src.numel())
+        _kernels[2][(1,)](src, HostPointer(host), n, NP2=_next_pow2(max(n, 2)), num_warps=1)
+        return True
+    except Exception as exc:
+        _copy_failed = f"{type(exc).__name__}: {exc}"
+        log.info("eagle3-top: mapped result copy unavailable (%s); using a D2H copy", _copy_failed[:200])
+        return False
+
+
 def _launch(x3: Any, sketch: Any, cfg: dict[str, int], main_only: bool = False) -> Any:
     """Both kernels (``main_only``: the first alone, for the benchmark's breakdown)."""
     import torch
 
     assert _kernels is not None
-    main, final = _kernels
+    main, final, _ = _kernels
     rows, slots, width = (int(v) for v in x3.shape)
     total = slots * width
     x2 = x3.reshape(rows, total)

@@ -79,6 +79,7 @@ class Publisher:
         self.sent = 0
         self.dropped = 0
         self.hook_errors = 0
+        self.discarded_rows = 0  # step rows the engine threw away and the tracer left out
         self.encode_errors = 0
         self.disabled = False
         self.last_error: str | None = None
@@ -148,6 +149,7 @@ class Publisher:
             "queue": len(self._queue),
             "queue_max": self.queue_size,
             "hook_errors": self.hook_errors,
+            "discarded_rows": self.discarded_rows,
             "encode_errors": self.encode_errors,
             "disabled": self.disabled,
             "last_error": self.last_error,
@@ -234,6 +236,7 @@ class MemoryPublisher:
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
         self.hook_errors = 0
+        self.discarded_rows = 0
         self.last_error: str | None = None
         self.disabled = False
 

@@ -92,6 +92,17 @@ def main() -> int:
         if not ok:
             print(" fused", a[:, :6].tolist(), "\n torch", b[:, :6].tolist())
     res["agreement"] = checks
+    if fc.available():  # the result's trip to the host through the copy kernel (mapped pinned memory)
+        from eagle3_top.tracer.deferred import HostCopy
+
+        small = fc._launch(x3[::8], _sketch_on(x.device, C // slots), fc.SAMPLED_CONFIG)
+        got = HostCopy(small, fc.copy_to_host).resolve()
+        same = bool(np.array_equal(got, small.cpu().numpy()))
+        res["mapped_copy"] = {"ok": same, "failed": fc._copy_failed}
+        print(
+            f"copy kernel into pinned host memory: {'ok' if same else 'MISMATCH'} (failed: {fc._copy_failed})"
+        )
+        ok_all &= same and fc._copy_failed is None
 
     timings = {"one fp32 sum (reference)": gpu_time_us(lambda: x3.sum((0, 2), dtype=torch.float32))}
     timings["torch path (_raw_stats)"] = gpu_time_us(lambda: _raw_stats(x3))
@@ -116,7 +127,10 @@ def main() -> int:
         xs = x3[:: -(-R // MAX_DEVICE_ROWS)]
         default_sampled = dict(fc.SAMPLED_CONFIG)
         sweep = []
-        for rpp, sub in ((4, 4), (8, 8), (16, 8), (16, 16)):
+        import os
+
+        shapes = ((4, 4), (8, 8), (16, 8), (16, 16)) if os.environ.get("SWEEP", "1") == "1" else ()
+        for rpp, sub in shapes:
             for bc, warps in ((512, 4), (1024, 4), (2048, 8)):
                 for fbc in (256, 1024):
                     cfg = dict(

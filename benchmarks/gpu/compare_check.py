@@ -64,7 +64,10 @@ other = {k: len(x) for k, x in rows.items() if not k.startswith("e3tchk-")}
 v["health_check_rids"] = sum(1 for k in other if k.startswith("HEALTH_CHECK"))
 v["internal_other_rids"] = {k: n for k, n in other.items() if not k.startswith("HEALTH_CHECK")}
 v["kinds"] = ev["kinds"]
-v["discarded_rows"] = ev.get("discarded", 0)
+v["discarded_rows"] = {
+    "in_steps": ev.get("discarded", 0),
+    "health": (ev.get("health") or {}).get("discarded_rows"),
+}
 v["seq_gaps"] = ev["seq_gaps"]
 v["health"] = ev.get("health")
 v["aux_first"] = (ev.get("aux") or [None])[0]

@@ -24,6 +24,7 @@ bash "$B/install_plugin.sh" || exit 1
 export PYTHONPATH=/tmp/site:/tmp/e3t CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
 python3 "$C/mkmodels.py" /tmp/mt tied >/dev/null && python3 "$C/mkmodels.py" /tmp/mr >/dev/null || exit 1
 GRAPH="--cuda-graph-backend-decode full --cuda-graph-backend-prefill disabled --cuda-graph-max-bs-decode 32"
+SETSID=$(command -v setsid || true)
 serve() {  # TAG ROOT PORT PUBPORT(or -) extra...
   local T=$1 M=$2 P=$3 PP=$4; shift 4
   if [ "$PP" != - ]; then
@@ -33,7 +34,7 @@ serve() {  # TAG ROOT PORT PUBPORT(or -) extra...
   else
     unset EAGLE3_TOP_PUBLISH
   fi
-  python3 -m sglang.launch_server --model-path "$M/tgt" --speculative-algorithm EAGLE3 \
+  $SETSID python3 -m sglang.launch_server --model-path "$M/tgt" --speculative-algorithm EAGLE3 \
     --speculative-draft-model-path "$M/draft" --speculative-num-steps 3 --speculative-eagle-topk 1 \
     --speculative-num-draft-tokens 4 --attention-backend triton --sampling-backend pytorch --dtype bfloat16 \
     --skip-tokenizer-init --port "$P" --host 127.0.0.1 --mem-fraction-static 0.12 "$@" > "$OUT/server_$T.log" 2>&1 &
@@ -47,7 +48,10 @@ wait_ready() {  # TAG PORT
     sleep 1
   done; return 1
 }
-stop() { kill "$(cat $OUT/srvpid_$1)" 2>/dev/null; }
+# each server is its own process group (setsid): stop takes its scheduler/detokenizer children too,
+# or orphans keep spinning and slow every later server on the machine
+stop() { kill -TERM -- "-$(cat $OUT/srvpid_$1)" 2>/dev/null || kill -TERM "$(cat $OUT/srvpid_$1)" 2>/dev/null; }
+reap() { for i in $(seq 1 20); do kill -0 -- "-$(cat $OUT/srvpid_$1)" 2>/dev/null || return 0; sleep 1; done; kill -KILL -- "-$(cat $OUT/srvpid_$1)" 2>/dev/null || kill -KILL "$(cat $OUT/srvpid_$1)" 2>/dev/null; sleep 2; }
 T0=$(date +%s); T_START=${T_START:-$T0}  # T_START: when the whole device call began (run_gpu.sh)
 if [ "${ONLY_TPUT:-0}" != 1 ]; then
 serve G0 /tmp/mr 30000 5557 --disable-cuda-graph
@@ -58,10 +62,7 @@ CK=$!
 python3 "$B/server_client.py" check 30001 "$OUT/check_G1.json"; wait $CK  # not a bare wait: servers run in the background
 sleep 2; touch "$OUT/stop_G0" "$OUT/stop_G1"; stop G0; stop G1
 wait "$(cat $OUT/subpid_G0)" "$(cat $OUT/subpid_G1)" 2>/dev/null
-for t in G0 G1; do
-  for i in $(seq 1 30); do kill -0 "$(cat $OUT/srvpid_$t)" 2>/dev/null || break; sleep 1; done
-  kill -9 "$(cat $OUT/srvpid_$t)" 2>/dev/null
-done
+reap G0; reap G1
 cat "$OUT"/sub_*.log
 python3 "$B/compare_check.py" G0 "$OUT" /tmp/mr/draft/config.json
 python3 "$B/compare_check.py" G1 "$OUT" /tmp/mt/draft/config.json
@@ -84,8 +85,7 @@ for ph in ${PHASES:-T1 N T2}; do
     done
   done
   touch "$OUT/stop_$ph"; stop "$ph"
-  for i in $(seq 1 30); do kill -0 "$(cat $OUT/srvpid_$ph)" 2>/dev/null || break; sleep 1; done
-  kill -9 "$(cat $OUT/srvpid_$ph)" 2>/dev/null
+  reap "$ph"
   [ -f "$OUT/subpid_$ph" ] && { wait "$(cat $OUT/subpid_$ph)" 2>/dev/null; cat "$OUT/sub_$ph.log"; }
 done
 python3 - "$OUT/tput.txt" <<'PY'
@@ -98,4 +98,5 @@ for bs in (1, 32):
     print(f"batch {bs}: tracer {g:.0f} tok/s, no tracer {n:.0f} tok/s, ratio {g / n:.3f} (runs {d.get((bs, 'T'))} vs {d.get((bs, 'N'))})")
 PY
 grep -h "eagle3-top\|eagle3_top" "$OUT"/server_*.log | sort | uniq -c | head -8
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | head -5  # nothing should be left
 echo "== all done at $(( $(date +%s)-T0 )) s"
