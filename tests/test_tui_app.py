@@ -253,7 +253,9 @@ async def test_stale_source_and_health_panel(tui_pub):
         await joined(pilot, app)
         tui_pub.count_hook_error(RuntimeError("boom in verify hook"))
         tui_pub.count_hook_error(RuntimeError("boom in verify hook"))
+        tui_pub.discarded_rows = 3  # rows SGLang's overlap scheduler threw away, left out by the tracer
         await wait_until(pilot, shows(app, "hook err 2"), what="health")
+        await wait_until(pilot, shows(app, "tail rows 3"), what="tail rows")
         assert "dropped 0" in screen_text(app)
         tui_pub.close(0.5)  # silence: the source goes stale, the endpoint goes down
         await wait_until(pilot, shows(app, "STALE"), timeout=4.0, what="stale")

@@ -29,6 +29,9 @@ def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Tex
             _kv(t, "queue", f"{q if q is not None else '—'}/{qm if qm is not None else '—'}")
             he = get(h, "hook_errors")
             _kv(t, "hook err", he if he is not None else "—", bool(he))
+            dr = get(h, "discarded_rows")
+            if dr:  # normal under SGLang's overlap scheduler: informational, not red
+                _kv(t, "tail rows", dr)
             ee = get(h, "encode_errors")
             if ee:
                 _kv(t, "encode err", ee, True)

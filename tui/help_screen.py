@@ -30,6 +30,8 @@ HELP_TEXT = """\
               drafts ([green]accepted path[/green], [red]rejected[/red]), → the bonus token
   [b]missed[/b]      sequence numbers never received (lost in transit or too slow a reader)
   [b]dropped[/b]     events the tracer dropped itself (its queue was full)
+  [b]tail rows[/b]   step rows the server threw away (a request that had already
+              finished, under SGLang's overlap scheduler) and the tracer left out too
   [b]malformed[/b]   frames that did not decode; the last reason is shown
   [b]stale[/b]       no event from that source for more than 3 s
   [b]spec[/b]        effective config; [red]red[/red] = silently rewritten by the server
