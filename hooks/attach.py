@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -121,15 +122,43 @@ class DeferredStep(Deferred):
 class Tracer:
     """Feeds one publisher from an engine's hooks; never raises into the engine."""
 
-    def __init__(self, publisher: Publisher, *, aux_interval_s: float = 0.5, max_errors: int = 20) -> None:
+    PAUSE_CHECK_S = 0.5  # how often the pause file is looked for (a stat per check)
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        aux_interval_s: float = 0.5,
+        max_errors: int = 20,
+        pause_file: str | None = None,
+    ) -> None:
         self.publisher = publisher
         self.aux_interval_s = aux_interval_s
         self.max_errors = max_errors
         self.enabled = True
+        self.pause_file = pause_file
+        self._paused = False
+        self._next_pause_check = 0.0
         self.steps = 0
         self._next_aux = 0.0
         self._slot_width: int | None = None
         self._hooks: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+    @property
+    def recording(self) -> bool:
+        """Enabled and not paused. While ``pause_file`` exists nothing is recorded (health events go
+        on, saying ``paused``): tracing is switched off and on without a restart, and the same
+        server can be measured with and without it."""
+        if not self.enabled:
+            return False
+        if self.pause_file is None:
+            return True
+        now = time.monotonic()
+        if now >= self._next_pause_check:
+            self._next_pause_check = now + self.PAUSE_CHECK_S
+            self._paused = os.path.exists(self.pause_file)
+            self.publisher.paused = self._paused
+        return not self._paused
 
     # -- guard -----------------------------------------------------------------------------------
 

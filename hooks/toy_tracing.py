@@ -117,7 +117,7 @@ def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
 
     def prefill(batch: Any, prompts: Any) -> Any:
         has_probe = any(tracer.is_probe(r.rid) for r in batch.reqs)
-        if not has_probe or not tracer.enabled:
+        if not has_probe or not tracer.recording:
             return original_prefill(batch, prompts)
         prefilling.append((batch, prompts))
         try:

@@ -203,3 +203,23 @@ def test_held_step_is_released_without_the_rows_sglang_skips(recording_pub) -> N
     around_verify(lambda self, b: res2, object(), broken)  # plain reqs: no finished()
     around_process(lambda self, b, r: ran.append(r), scheduler, broken, res2)
     assert ran[-1] is res2 and recording_pub.hook_errors == 1
+
+
+def test_pause_file_stops_recording_without_a_restart(recording_pub, tmp_path) -> None:
+    from eagle3_top.hooks.attach import Tracer
+    from eagle3_top.hooks.sglang.verify import make_around_verify
+
+    pause = tmp_path / "pause"
+    tracer = Tracer(recording_pub, pause_file=str(pause))  # type: ignore[arg-type]
+    tracer.PAUSE_CHECK_S = 0.0  # look at the file on every step (the default is twice a second)
+    around = make_around_verify(lambda _w: tracer)
+    batch, res = _plain_verify(4, [2, 1], ["a", "b"])
+    assert around(lambda self, b: res, object(), batch) is res
+    pause.touch()
+    for _ in range(3):
+        assert around(lambda self, b: res, object(), batch) is res  # the server's result, untouched
+    assert recording_pub.paused
+    pause.unlink()
+    around(lambda self, b: res, object(), batch)
+    assert len(recording_pub.bodies("step")) == 2 and not recording_pub.paused
+    assert [s["step"] for s in recording_pub.bodies("step")] == [0, 1]

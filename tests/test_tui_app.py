@@ -256,6 +256,10 @@ async def test_stale_source_and_health_panel(tui_pub):
         tui_pub.discarded_rows = 3  # rows SGLang's overlap scheduler threw away, left out by the tracer
         await wait_until(pilot, shows(app, "hook err 2"), what="health")
         await wait_until(pilot, shows(app, "tail rows 3"), what="tail rows")
+        tui_pub.paused = True
+        await wait_until(pilot, shows(app, "PAUSED"), what="paused")
+        tui_pub.paused = False
+        await wait_until(pilot, lambda: "PAUSED" not in screen_text(app), what="resumed")
         assert "dropped 0" in screen_text(app)
         tui_pub.close(0.5)  # silence: the source goes stale, the endpoint goes down
         await wait_until(pilot, shows(app, "STALE"), timeout=4.0, what="stale")

@@ -12,6 +12,7 @@ buffer goes back to the pool once its copy has been waited for and its contents 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -104,13 +105,23 @@ class HostCopy(Deferred):
     def resolve(self) -> Any:
         if self._event is None:
             return self._host.numpy()
-        self._event.synchronize()
+        wait_event(self._event)
         out = self._host.numpy().copy()  # the pinned buffer goes back to the pool
         PINNED.give(self._key, self._buf, self._event)
         self._event = None
         self._host = self._buf = None
         self._host = _Frozen(out)
         return out
+
+
+def wait_event(event: Any) -> None:
+    """Wait for a CUDA event by polling it between short sleeps. ``synchronize()`` would do, if it is
+    sure to release the GIL for the whole wait; sleeping surely does, so the serving thread never
+    waits on the device through us, and no CPU core spins."""
+    delay = 5e-5
+    while not event.query():
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)
 
 
 class _Frozen:

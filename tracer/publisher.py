@@ -80,6 +80,7 @@ class Publisher:
         self.dropped = 0
         self.hook_errors = 0
         self.discarded_rows = 0  # step rows the engine threw away and the tracer left out
+        self.paused = False  # the tracer is paused (its pause file exists): nothing is recorded
         self.encode_errors = 0
         self.disabled = False
         self.last_error: str | None = None
@@ -152,6 +153,7 @@ class Publisher:
             "discarded_rows": self.discarded_rows,
             "encode_errors": self.encode_errors,
             "disabled": self.disabled,
+            "paused": self.paused,
             "last_error": self.last_error,
         }
 
@@ -239,6 +241,7 @@ class MemoryPublisher:
         self.discarded_rows = 0
         self.last_error: str | None = None
         self.disabled = False
+        self.paused = False
 
     def publish(self, kind: str, body: Any) -> bool:
         self.events.append((kind, body))

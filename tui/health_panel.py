@@ -35,6 +35,8 @@ def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Tex
             ee = get(h, "encode_errors")
             if ee:
                 _kv(t, "encode err", ee, True)
+            if get(h, "paused"):
+                t.append("PAUSED  ", style="bold yellow")
             dis = get(h, "disabled")
             _kv(t, "disabled", "YES" if dis else "no", bool(dis))
         _kv(t, "missed", src.missed, bool(src.missed))

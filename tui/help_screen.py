@@ -30,6 +30,7 @@ HELP_TEXT = """\
               drafts ([green]accepted path[/green], [red]rejected[/red]), → the bonus token
   [b]missed[/b]      sequence numbers never received (lost in transit or too slow a reader)
   [b]dropped[/b]     events the tracer dropped itself (its queue was full)
+  [b]PAUSED[/b]      the tracer's pause file exists (EAGLE3_TOP_PAUSE_FILE): nothing recorded
   [b]tail rows[/b]   step rows the server threw away (a request that had already
               finished, under SGLang's overlap scheduler) and the tracer left out too
   [b]malformed[/b]   frames that did not decode; the last reason is shown

@@ -11,10 +11,12 @@
 # CUDA graphs on, tracer on. A plain pyzmq subscriber records each from before its start (so warm-up
 # and HEALTH_CHECK requests are seen); compare_check.py checks hello and step rows against
 # /get_server_info and meta_info.
-# Throughput: then one server at a time on the GPU, same flags as G1: T1 (tracer publishing, a
-# subscriber attached), N (no tracer), T2 (as T1): decode tokens/s at batch 1 (1536 tokens) and 32
-# (512 tokens each), 5 rounds each;
-# ratio = median(T1 + T2) / median(N). PHASES="T1 N T2" (default) picks the order.
+# Throughput: then one server at a time on the GPU, same flags as G1, decode tokens/s at batch 1
+# (1536 tokens) and 32 (512 tokens each), 6 rounds each. Phase AB (default): one traced server with a
+# subscriber attached, alternating tracer recording (T) and paused through EAGLE3_TOP_PAUSE_FILE (P),
+# in ABBA order: the same process, so server-to-server variance (±20% seen on this machine between
+# identical servers) stays out of the ratio median(T) / median(P). Phases T1, T2 (traced) and N (no
+# tracer, no plugin active) compare separate servers instead. PHASES="AB N" picks phases and order.
 # SKIP_TPUT=1: the check only; ONLY_TPUT=1: the throughput only; DEADLINE_S: seconds after T_START
 # by which everything must be done (phases that would not fit are skipped, and say so).
 set -u
@@ -25,6 +27,8 @@ export PYTHONPATH=/tmp/site:/tmp/e3t CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=
 python3 "$C/mkmodels.py" /tmp/mt tied >/dev/null && python3 "$C/mkmodels.py" /tmp/mr >/dev/null || exit 1
 GRAPH="--cuda-graph-backend-decode full --cuda-graph-backend-prefill disabled --cuda-graph-max-bs-decode 32"
 SETSID=$(command -v setsid || true)
+export EAGLE3_TOP_PAUSE_FILE=$OUT/pause  # traced servers record nothing while it exists (AB phase)
+rm -f "$EAGLE3_TOP_PAUSE_FILE"
 serve() {  # TAG ROOT PORT PUBPORT(or -) extra...
   local T=$1 M=$2 P=$3 PP=$4; shift 4
   if [ "$PP" != - ]; then
@@ -71,17 +75,30 @@ fi
 [ "${SKIP_TPUT:-0}" = 1 ] && exit 0
 echo "== decode tokens/s, one server at a time: T = tracer publishing + subscriber attached, N = no tracer"
 P=30002
-for ph in ${PHASES:-T1 N T2}; do
+measure() {  # TAG PORT BS NTOK: one throughput run, appended to tput.txt
+  echo "$1 $(python3 "$B/server_client.py" tput $2 $3 $4)" | tee -a "$OUT/tput.txt"
+}
+for ph in ${PHASES:-AB}; do
   # a device call has a time limit: start no phase that could not finish inside DEADLINE_S
   if [ $(( $(date +%s) - T_START )) -gt $(( ${DEADLINE_S:-100000} - 110 )) ]; then echo "== $ph skipped: out of time"; continue; fi
   P=$((P + 1))
-  if [ "${ph#T}" != "$ph" ]; then serve "$ph" /tmp/mt $P $((P + 2000)) $GRAPH; else serve "$ph" /tmp/mt $P - $GRAPH; fi
+  if [ "$ph" = N ]; then serve "$ph" /tmp/mt $P - $GRAPH; else serve "$ph" /tmp/mt $P $((P + 2000)) $GRAPH; fi
   wait_ready "$ph" $P || continue
   for bs in 1 32; do
     n=1536; [ $bs = 32 ] && n=512
     python3 "$B/server_client.py" tput $P $bs 64 >/dev/null
-    for round in 1 2 3 4 5; do
-      echo "${ph:0:1} $(python3 "$B/server_client.py" tput $P $bs $n)" | tee -a "$OUT/tput.txt"
+    for round in 1 2 3 4 5 6; do
+      if [ "$ph" = AB ]; then  # the same server, tracer recording (T) and paused (P), order alternating
+        first=T; [ $((round % 2)) = 0 ] && first=P
+        for tag in $first $([ $first = T ] && echo P || echo T); do
+          if [ $tag = P ]; then touch "$EAGLE3_TOP_PAUSE_FILE"; else rm -f "$EAGLE3_TOP_PAUSE_FILE"; fi
+          sleep 1.2  # the tracer looks at the pause file twice a second
+          measure $tag $P $bs $n
+        done
+        rm -f "$EAGLE3_TOP_PAUSE_FILE"
+      else
+        measure "${ph:0:1}" $P $bs $n
+      fi
     done
   done
   touch "$OUT/stop_$ph"; stop "$ph"
@@ -94,8 +111,12 @@ d = {}
 for line in open(sys.argv[1]):
     tag, js = line.split(" ", 1); x = json.loads(js); d.setdefault((x["bs"], tag), []).append(x["tok_s"])
 for bs in (1, 32):
-    g, n = st.median(d.get((bs, "T"), [0])), st.median(d.get((bs, "N"), [1]))
-    print(f"batch {bs}: tracer {g:.0f} tok/s, no tracer {n:.0f} tok/s, ratio {g / n:.3f} (runs {d.get((bs, 'T'))} vs {d.get((bs, 'N'))})")
+    t = d.get((bs, "T"), [])
+    for base, what in (("P", "same server, tracer paused"), ("N", "a server without the tracer")):
+        b = d.get((bs, base), [])
+        if t and b:
+            print(f"batch {bs}: tracer {st.median(t):.0f} tok/s vs {what} {st.median(b):.0f} tok/s: "
+                  f"ratio {st.median(t) / st.median(b):.3f} (runs {[round(x) for x in t]} vs {[round(x) for x in b]})")
 PY
 grep -h "eagle3-top\|eagle3_top" "$OUT"/server_*.log | sort | uniq -c | head -8
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | head -5  # nothing should be left

@@ -23,6 +23,7 @@ Environment:
 - ``EAGLE3_TOP_ALLOW_REMOTE=1``: allow a non-loopback bind address.
 - ``EAGLE3_TOP_AUX_INTERVAL``: seconds between aux fingerprints (default 0.2).
 - ``EAGLE3_TOP_FORCE=1``: try on an SGLang version outside the tested range.
+- ``EAGLE3_TOP_PAUSE_FILE``: while this file exists nothing is recorded (checked twice a second).
 - ``EAGLE3_TOP_CURVE_SECRET`` / ``EAGLE3_TOP_CURVE_CLIENTS``: CURVE certificate and admitted clients.
 """
 
@@ -42,6 +43,7 @@ ENV_ALL_RANKS = "EAGLE3_TOP_ALL_RANKS"
 ENV_ALLOW_REMOTE = "EAGLE3_TOP_ALLOW_REMOTE"
 ENV_AUX_INTERVAL = "EAGLE3_TOP_AUX_INTERVAL"
 ENV_FORCE = "EAGLE3_TOP_FORCE"
+ENV_PAUSE_FILE = "EAGLE3_TOP_PAUSE_FILE"  # while this file exists the tracer records nothing
 ENV_CURVE_SECRET = "EAGLE3_TOP_CURVE_SECRET"  # .key_secret certificate: publish CURVE-encrypted
 ENV_CURVE_CLIENTS = "EAGLE3_TOP_CURVE_CLIENTS"  # directory of admitted client certificates
 
@@ -282,7 +284,11 @@ def _start(worker: Any) -> Any:
             curve_secret_key=secret,
             curve_clients_dir=os.environ.get(ENV_CURVE_CLIENTS) or None,
         )
-        tracer = Tracer(publisher, aux_interval_s=float(os.environ.get(ENV_AUX_INTERVAL, "0.2")))
+        tracer = Tracer(
+            publisher,
+            aux_interval_s=float(os.environ.get(ENV_AUX_INTERVAL, "0.2")),
+            pause_file=os.environ.get(ENV_PAUSE_FILE) or None,
+        )
         _state["publisher"], _state["tracer"] = publisher, tracer
         log.info("eagle3-top: publishing on %s (rank %d)", publisher.bound_endpoint, global_rank)
     from .wiring import wiring_from_worker

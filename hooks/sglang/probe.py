@@ -76,7 +76,7 @@ def make_around_prefill_extend(get_tracer: Callable[[Any], Tracer | None]) -> Ca
             tracer = get_tracer(self)
         except Exception:
             tracer = None
-        if tracer is not None and tracer.enabled:
+        if tracer is not None and tracer.recording:
             hidden = args[0] if args else kwargs.get("target_hidden_states")
             guarded = getattr(tracer, "_e3t_prefill_probes", None)
             if guarded is None:

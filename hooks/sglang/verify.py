@@ -108,7 +108,7 @@ def make_around_verify(
             tracer = get_tracer(self)
         except Exception:
             tracer = None
-        if tracer is not None and tracer.enabled:
+        if tracer is not None and tracer.recording:
             tracer.hook(record_verify)(tracer, batch, result, time.perf_counter() - t0, hold())
         return result
 
