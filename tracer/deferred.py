@@ -102,6 +102,25 @@ class HostCopy(Deferred):
             self._key = None
         self._host = host
 
+    @classmethod
+    def written(cls, shape: tuple[int, ...], dtype: Any, write: Callable[[Any], None]) -> HostCopy:
+        """A pinned buffer that a device kernel fills: ``write(host)`` queues that kernel (it gets
+        the pinned tensor, addressable from the device); the event follows it on the stream."""
+        numel = 1
+        for d in shape:
+            numel *= int(d)
+        key, buf, event = PINNED.take(dtype, numel)
+        host = buf[:numel].view(shape)
+        try:
+            write(host)
+        except BaseException:
+            PINNED.give(key, buf, event)
+            raise
+        event.record()
+        self = cls.__new__(cls)
+        self._event, self._buf, self._key, self._host = event, buf, key, host
+        return self
+
     def resolve(self) -> Any:
         if self._event is None:
             return self._host.numpy()

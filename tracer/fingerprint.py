@@ -153,9 +153,21 @@ def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint
     step = -(-rows // MAX_DEVICE_ROWS)
     if step > 1:
         x3 = x3[::step]
-    pending = PendingFingerprint(HostCopy(_device_stats(x3), _host_writer()), int(x3.shape[0]), slots, width)
+    pending = PendingFingerprint(_device_result(x3), int(x3.shape[0]), slots, width)
     pending.rows_total = rows
     return pending
+
+
+def _device_result(x3: Any) -> Any:
+    """The raw stats on their way to the host (a ``HostCopy``)."""
+    if x3.device.type == "cuda" and 0 < x3.shape[0] <= MAX_DEVICE_ROWS:
+        from . import fingerprint_cuda, fingerprint_cuda_onepass
+
+        if fingerprint_cuda.available() and fingerprint_cuda_onepass.enabled():
+            got = fingerprint_cuda_onepass.to_host(x3, _sketch_on(x3.device, int(x3.shape[2])))
+            if got is not None:
+                return got
+    return HostCopy(_device_stats(x3), _host_writer())
 
 
 def _host_writer() -> Any:

@@ -19,8 +19,34 @@ from typing import Any
 
 from . import fingerprint_cuda as fc
 
+ENV_ENABLE = "EAGLE3_TOP_FINGERPRINT_ONEPASS"  # "1": fingerprint() uses this kernel for the sampled view
 _kernel: Any = None
 _counters: dict[Any, Any] = {}
+_failed: str | None = None
+
+
+def enabled() -> bool:
+    import os
+
+    return _failed is None and os.environ.get(ENV_ENABLE) == "1"
+
+
+def to_host(x3: Any, sketch: Any) -> Any:
+    """A ``HostCopy`` of the raw stats, written by the kernel straight into pinned host memory;
+    None when the kernel failed (said once; the caller takes the two-kernel path)."""
+    global _failed
+    from .deferred import HostCopy
+
+    try:
+        slots = int(x3.shape[1])
+        shape = (slots, fc.NSTATS + int(sketch.shape[0]))
+        return HostCopy.written(
+            shape, sketch.dtype, lambda host: raw_stats(x3, sketch, out=fc.HostPointer(host))
+        )
+    except Exception as exc:
+        _failed = f"{type(exc).__name__}: {exc}"
+        fc.log.warning("eagle3-top: one-pass fingerprint unavailable (%s)", _failed[:300])
+        return None
 
 
 def _build() -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from types import SimpleNamespace
@@ -115,8 +116,6 @@ def main() -> int:
         "rpp32_sub16_bc512": dict(fc.CONFIG, rows_per_prog=32, block_c=512, warps=4),
     }
     if fc.available():
-        import os
-
         if os.environ.get("SWEEP", "1") != "1":  # short run: the default launch shape only
             configs = {"default": configs["default"]}
         for name, cfg in configs.items():
@@ -202,6 +201,30 @@ def main() -> int:
                 onepass[f"block_c {bc}"] = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
                 print(f"one-pass candidate, block_c {bc} failed: {type(exc).__name__}: {exc}"[:300])
         res["onepass_candidate"] = onepass
+        # and through fingerprint() itself (EAGLE3_TOP_FINGERPRINT_ONEPASS=1): fields vs the default path
+        base = fingerprint(x, slots).resolve()
+        os.environ[op.ENV_ENABLE] = "1"
+        try:
+            one = fingerprint(x, slots).resolve()
+            agree = all(
+                np.allclose(
+                    np.asarray(one[k], dtype=float), np.asarray(base[k], dtype=float), rtol=2e-3, atol=1e-3
+                )
+                for k in base
+                if isinstance(base[k], (list, float, int)) and k in one
+            )
+            t = gpu_time_us(lambda: fingerprint(x, slots))
+            onepass["fingerprint() end to end"] = {
+                "agrees": agree,
+                "us": t,
+                "x_floor": t / floor,
+                "failed": op._failed,
+            }
+            print(
+                f"fingerprint() end to end, one-pass: {t:.2f} us = {t / floor:.2f} x floor, fields agree: {agree}"
+            )
+        finally:
+            del os.environ[op.ENV_ENABLE]
     res["timings_us"] = timings
     for k, v in timings.items():
         print(f"{k:50s} {v:8.2f} us = {v / floor:5.2f} x floor")
