@@ -50,12 +50,35 @@ _failed: str | None = None
 _copy_failed: str | None = None
 
 
+row_tile: Any = None  # the shared per-tile work of both kernel sets (a @triton.jit function)
+
+
 def _build() -> tuple[Any, Any, Any]:
-    global triton, tl
+    global triton, tl, row_tile
     import triton as _triton
     import triton.language as _tl
 
     triton, tl = _triton, _tl
+
+    @triton.jit
+    def _row_tile(x_ptr, stride_r, r, rmask, base_c, cmask, rp, kst):
+        """Load rows ``r`` of one column block; store their partials (finite sum of squares, finite
+        max and min, NaN and Inf flags) at ``rp`` (stride ``kst`` between statistics)."""
+        m = rmask[:, None] & cmask[None, :]
+        v = tl.load(x_ptr + r.to(tl.int64)[:, None] * stride_r + base_c[None, :], mask=m, other=0.0)
+        v = v.to(tl.float32)
+        fin = (v == v) & (tl.abs(v) != float("inf"))
+        vf = tl.where(fin, v, 0.0)
+        nanr = tl.max((v != v).to(tl.float32), axis=1)
+        infr = tl.max((tl.abs(v) == float("inf")).to(tl.float32), axis=1)
+        tl.store(rp, tl.sum(vf * vf, axis=1), mask=rmask)
+        tl.store(rp + kst, tl.max(tl.where(fin & m, v, float("-inf")), axis=1), mask=rmask)
+        tl.store(rp + 2 * kst, tl.min(tl.where(fin & m, v, float("inf")), axis=1), mask=rmask)
+        tl.store(rp + 3 * kst, nanr, mask=rmask)
+        tl.store(rp + 4 * kst, infr, mask=rmask)
+        return v, vf, nanr, infr
+
+    row_tile = _row_tile
 
     @triton.jit
     def _fp_main(
@@ -77,26 +100,9 @@ def _build() -> tuple[Any, Any, Any]:
         for i in range(0, RPP, SUB):
             r = rb * RPP + i + tl.arange(0, SUB)
             rmask = r < rows
-            m = rmask[:, None] & cmask[None, :]
-            v = tl.load(x_ptr + r.to(tl.int64)[:, None] * stride_r + base_c[None, :], mask=m, other=0.0)
-            v = v.to(tl.float32)
-            isnan = v != v
-            isinf = tl.abs(v) == float("inf")
-            fin = (v == v) & (tl.abs(v) != float("inf"))
-            vf = tl.where(fin, v, 0.0)
-            sq = tl.sum(vf * vf, axis=1)
-            nanr = tl.max(isnan.to(tl.float32), axis=1)
-            infr = tl.max(isinf.to(tl.float32), axis=1)
-            mx = tl.max(tl.where(fin & m, v, float("-inf")), axis=1)
-            mn = tl.min(tl.where(fin & m, v, float("inf")), axis=1)
+            v, vf, nanr, infr = row_tile(x_ptr, stride_r, r, rmask, base_c, cmask, rp_ptr + j * rows + r, kst)
             colsum += tl.sum(v, axis=0)
             bad = tl.maximum(bad, nanr + infr)
-            rp = rp_ptr + j * rows + r
-            tl.store(rp, sq, mask=rmask)
-            tl.store(rp + kst, mx, mask=rmask)
-            tl.store(rp + 2 * kst, mn, mask=rmask)
-            tl.store(rp + 3 * kst, nanr, mask=rmask)
-            tl.store(rp + 4 * kst, infr, mask=rmask)
         tl.store(part_ptr + rb.to(tl.int64) * total + base_c, colsum, mask=cmask)
         tl.store(dirty_ptr + rb * n_cbt + j, tl.max(bad, axis=0))
         if (rb == 0) & (j == 0):

@@ -49,9 +49,17 @@ def to_host(x3: Any, sketch: Any) -> Any:
         return None
 
 
+row_tile: Any = None  # fingerprint_cuda's, looked up here when the kernel compiles
+
+
 def _build() -> Any:
+    global row_tile
     import triton
     import triton.language as tl
+
+    if not fc.available() or fc.row_tile is None:
+        raise RuntimeError(f"the fused fingerprint kernels are unavailable ({fc._failed})")
+    row_tile = fc.row_tile
 
     @triton.jit
     def _fp_onepass(
@@ -71,23 +79,9 @@ def _build() -> Any:
         for r0 in range(0, rows, SUB):
             r = r0 + tl.arange(0, SUB)
             rmask = r < rows
-            m = rmask[:, None] & cmask[None, :]
-            v = tl.load(x_ptr + r.to(tl.int64)[:, None] * stride_r + base_c[None, :], mask=m, other=0.0)
-            v = v.to(tl.float32)
-            isnan = v != v
-            isinf = tl.abs(v) == float("inf")
-            fin = (v == v) & (tl.abs(v) != float("inf"))
-            vf = tl.where(fin, v, 0.0)
-            nanr = tl.max(isnan.to(tl.float32), axis=1)
-            infr = tl.max(isinf.to(tl.float32), axis=1)
-            ok = (nanr + infr) == 0
+            v, vf, nanr, infr = row_tile(x_ptr, stride_r, r, rmask, base_c, cmask, rp_ptr + j * rows + r, kst)
+            ok = (nanr + infr) == 0  # finite within this block; elsewhere is settled at the end
             colsum += tl.sum(tl.where(ok[:, None], vf, 0.0), axis=0)
-            rp = rp_ptr + j * rows + r
-            tl.store(rp, tl.sum(vf * vf, axis=1), mask=rmask)
-            tl.store(rp + kst, tl.max(tl.where(fin & m, v, float("-inf")), axis=1), mask=rmask)
-            tl.store(rp + 2 * kst, tl.min(tl.where(fin & m, v, float("inf")), axis=1), mask=rmask)
-            tl.store(rp + 3 * kst, nanr, mask=rmask)
-            tl.store(rp + 4 * kst, infr, mask=rmask)
         ks = tl.arange(0, SK)
         mat = tl.load(sk_ptr + ks[:, None] * width + cols[None, :], mask=cmask[None, :], other=0.0)
         tl.store(part_ptr + j * (SK + 1), tl.sum(colsum, axis=0))
