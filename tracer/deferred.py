@@ -11,6 +11,7 @@ buffer goes back to the pool once its copy has been waited for and its contents 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -81,34 +82,26 @@ class HostCopy(Deferred):
 
     __slots__ = ("_host", "_event", "_buf", "_key", "_shape", "_numel")
 
-    def __init__(self, tensor: Any, writer: Callable[[Any, Any], bool] | None = None) -> None:
-        """``writer(tensor, pinned_host)``: queues its own device-side write into the pinned buffer
-        and returns True, or False to have the DMA engine copy it (``non_blocking``)."""
+    def __init__(self, tensor: Any) -> None:
         if tensor.device.type == "cuda":
-            numel = int(tensor.numel())
-            key, buf, event = PINNED.take(tensor.dtype, numel)
-            host = buf[:numel].view(tensor.shape)
-            if writer is None or not writer(tensor, host):
-                host.copy_(tensor, non_blocking=True)
-            event.record()
-            self._event: Any = event
-            self._buf: Any = buf
-            self._key: Any = key
+            self._fill(tuple(tensor.shape), tensor.dtype, lambda host: host.copy_(tensor, non_blocking=True))
         else:
             # The engine may reuse its buffers in place; a CPU clone of a few kB is the safe choice.
-            host = tensor.detach().clone()
-            self._event = None
-            self._buf = None
-            self._key = None
-        self._host = host
+            self._host = tensor.detach().clone()
+            self._event: Any = None
+            self._buf: Any = None
+            self._key: Any = None
 
     @classmethod
-    def written(cls, shape: tuple[int, ...], dtype: Any, write: Callable[[Any], None]) -> HostCopy:
-        """A pinned buffer that a device kernel fills: ``write(host)`` queues that kernel (it gets
-        the pinned tensor, addressable from the device); the event follows it on the stream."""
-        numel = 1
-        for d in shape:
-            numel *= int(d)
+    def written(cls, shape: tuple[int, ...], dtype: Any, write: Callable[[Any], Any]) -> HostCopy:
+        """A pinned buffer that ``write(host)`` fills from the device: it queues the copy or kernel
+        (``host`` is the pinned tensor, addressable from the device); the event follows it."""
+        self = cls.__new__(cls)
+        self._fill(shape, dtype, write)
+        return self
+
+    def _fill(self, shape: tuple[int, ...], dtype: Any, write: Callable[[Any], Any]) -> None:
+        numel = math.prod(shape)
         key, buf, event = PINNED.take(dtype, numel)
         host = buf[:numel].view(shape)
         try:
@@ -117,9 +110,7 @@ class HostCopy(Deferred):
             PINNED.give(key, buf, event)
             raise
         event.record()
-        self = cls.__new__(cls)
         self._event, self._buf, self._key, self._host = event, buf, key, host
-        return self
 
     def resolve(self) -> Any:
         if self._event is None:

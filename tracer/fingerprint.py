@@ -160,21 +160,24 @@ def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint
 
 def _device_result(x3: Any) -> Any:
     """The raw stats on their way to the host (a ``HostCopy``)."""
-    if x3.device.type == "cuda" and 0 < x3.shape[0] <= MAX_DEVICE_ROWS:
-        from . import fingerprint_cuda, fingerprint_cuda_onepass
+    from . import fingerprint_cuda as fc
 
-        if fingerprint_cuda.available() and fingerprint_cuda_onepass.enabled():
+    if x3.device.type == "cuda" and 0 < x3.shape[0] <= MAX_DEVICE_ROWS:
+        from . import fingerprint_cuda_onepass
+
+        if fc.available() and fingerprint_cuda_onepass.enabled():
             got = fingerprint_cuda_onepass.to_host(x3, _sketch_on(x3.device, int(x3.shape[2])))
             if got is not None:
                 return got
-    return HostCopy(_device_stats(x3), _host_writer())
-
-
-def _host_writer() -> Any:
-    """The fused path's copy kernel for the small result, when triton is there (else a D2H copy)."""
-    from . import fingerprint_cuda
-
-    return fingerprint_cuda.copy_to_host if fingerprint_cuda.available() else None
+    stats = _device_stats(x3)
+    if stats.device.type != "cuda":
+        return HostCopy(stats)
+    # the copy kernel where triton runs (cheaper than a DMA copy of a few hundred bytes), else DMA
+    return HostCopy.written(
+        tuple(stats.shape),
+        stats.dtype,
+        lambda host: fc.copy_to_host(stats, host) or host.copy_(stats, non_blocking=True),
+    )
 
 
 def _device_stats(x3: Any) -> Any:

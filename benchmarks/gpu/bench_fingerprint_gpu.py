@@ -97,7 +97,7 @@ def main() -> int:
         from eagle3_top.tracer.deferred import HostCopy
 
         small = fc._launch(x3[::8], _sketch_on(x.device, C // slots), fc.SAMPLED_CONFIG)
-        got = HostCopy(small, fc.copy_to_host).resolve()
+        got = HostCopy.written(tuple(small.shape), small.dtype, lambda h: fc.copy_to_host(small, h)).resolve()
         same = bool(np.array_equal(got, small.cpu().numpy()))
         res["mapped_copy"] = {"ok": same, "failed": fc._copy_failed}
         print(
