@@ -54,7 +54,22 @@ def check_bind_endpoint(endpoint: str, allow_remote: bool = False) -> None:
     )
 
 
-class Publisher:
+class TracerState:
+    """What the tracer's hooks report through a publisher (health events carry it)."""
+
+    def __init__(self) -> None:
+        self.hook_errors = 0
+        self.discarded_rows = 0  # step rows the engine threw away and the tracer left out
+        self.paused = False  # the tracer is paused (its pause file exists): nothing is recorded
+        self.disabled = False
+        self.last_error: str | None = None
+
+    def count_hook_error(self, exc: BaseException) -> None:
+        self.hook_errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+
+
+class Publisher(TracerState):
     """Publishes events from one source. ``publish`` never blocks and never raises."""
 
     def __init__(
@@ -72,18 +87,14 @@ class Publisher:
         context: zmq.Context | None = None,
     ) -> None:
         check_bind_endpoint(endpoint, allow_remote)
+        super().__init__()
         self.endpoint = endpoint
         self.source = source
         self.src = source.key
         self.queue_size = queue_size
         self.sent = 0
         self.dropped = 0
-        self.hook_errors = 0
-        self.discarded_rows = 0  # step rows the engine threw away and the tracer left out
-        self.paused = False  # the tracer is paused (its pause file exists): nothing is recorded
         self.encode_errors = 0
-        self.disabled = False
-        self.last_error: str | None = None
         # itertools.count: next() is atomic under the GIL, so the caller and the sender thread
         # can both take numbers without a lock.
         self._seq = itertools.count()
@@ -134,10 +145,6 @@ class Publisher:
         """Publish a hello now and repeat it periodically so late subscribers catch up."""
         self._hello = body
         self.publish(HELLO, body)
-
-    def count_hook_error(self, exc: BaseException) -> None:
-        self.hook_errors += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
 
     @property
     def queue_depth(self) -> int:
@@ -231,25 +238,17 @@ class Publisher:
                 self._sock = None
 
 
-class MemoryPublisher:
+class MemoryPublisher(TracerState):
     """What a ``Tracer`` uses of a ``Publisher``, keeping events in memory, unencoded: for tests,
     benchmarks and in-process tools that want the bodies without a socket."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.events: list[tuple[str, Any]] = []
-        self.hook_errors = 0
-        self.discarded_rows = 0
-        self.last_error: str | None = None
-        self.disabled = False
-        self.paused = False
 
     def publish(self, kind: str, body: Any) -> bool:
         self.events.append((kind, body))
         return True
-
-    def count_hook_error(self, exc: BaseException) -> None:
-        self.hook_errors += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
 
     def bodies(self, kind: str) -> list[Any]:
         """Bodies of one kind, deferred ones resolved (this waits for their device copies)."""
