@@ -5,8 +5,11 @@ BIN    := $(VENV)/bin
 # torch 2.13.0 is the CPU build on this kind of machine; a bare `torch` would pull a CUDA build.
 TORCH  ?= torch==2.13.0
 SGLANG ?= 0.5.23
+# The oldest supported SGLang: the sglang CPU tests run a second time against its real classes.
+SGLANG_OLDEST ?= 0.5.17
+SGLANG_TESTS := tests/test_sglang_integration.py tests/test_sglang_units.py
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-sglang-versions lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +27,24 @@ $(VENV)/.installed-sglang: $(VENV)/.installed
 	$(BIN)/pip install -q -r .ci/requirements-sglang.txt -c $(VENV)/torch-constraint.txt
 	touch $@
 
+$(VENV)/.installed-sglang-%: $(VENV)/.installed-sglang .ci/sglang-overlay.sh
+	rm -rf $(VENV)/sglang-$*
+	.ci/sglang-overlay.sh $* $(VENV)/sglang-$* $(BIN)/pip
+	touch $@
+
 demo: $(VENV)/.installed
 	$(BIN)/eagle3-top demo
 
-test: $(VENV)/.installed-sglang
+test: $(VENV)/.installed-sglang $(VENV)/.installed-sglang-$(SGLANG_OLDEST)
 	$(BIN)/python -m pytest -q
+	PYTHONPATH=$(VENV)/sglang-$(SGLANG_OLDEST) $(BIN)/python -m pytest -q $(SGLANG_TESTS)
+
+# Every supported SGLang release between the two that `make test` covers (a few minutes, ~250 MB each).
+SGLANG_BETWEEN ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22
+test-sglang-versions: $(foreach v,$(SGLANG_BETWEEN),$(VENV)/.installed-sglang-$(v))
+	for v in $(SGLANG_BETWEEN); do \
+	  echo "== SGLang $$v"; PYTHONPATH=$(VENV)/sglang-$$v $(BIN)/python -m pytest -q $(SGLANG_TESTS) || exit 1; \
+	done
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata
 import time
 from collections.abc import Callable, Iterator
 
@@ -8,6 +9,14 @@ import zmq
 from eagle3_top.tracer.events import Event, SourceId
 from eagle3_top.tracer.publisher import MemoryPublisher, Publisher
 from eagle3_top.tracer.subscriber import Subscriber
+
+
+def pytest_report_header() -> str:
+    # which SGLang's real classes the sglang tests run against (make test runs them on two)
+    try:
+        return f"sglang {importlib.metadata.version('sglang')} (CPU, GPU-only packages stood in)"
+    except importlib.metadata.PackageNotFoundError:
+        return "sglang not installed: the sglang tests skip"
 
 
 @pytest.fixture

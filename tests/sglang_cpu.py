@@ -181,7 +181,17 @@ def _publish_context() -> None:
     except ImportError:  # older SGLang: no runtime context to publish
         return
     rc.reset_context()
-    rc.publish(ServerArgs(model_path="dummy", device="cpu"), role="test", ranks=rc.SpawnRanks(world_rank=0))
+    publish_server_args(ServerArgs(model_path="dummy", device="cpu"))
+
+
+def publish_server_args(server_args: Any) -> None:
+    """Make ``server_args`` the process's published config (the last publish wins)."""
+    from sglang.srt import runtime_context as rc
+
+    if hasattr(rc, "SpawnRanks"):  # 0.5.23; 0.5.17's publish takes no ranks
+        rc.publish(server_args, role="test", ranks=rc.SpawnRanks(world_rank=0))
+    else:
+        rc.publish(server_args, role="test")
 
 
 # -- subprocess isolation ---------------------------------------------------------------------------

@@ -6,6 +6,10 @@ run: one builds SGLang's real ServerArgs / models / verify-input objects and dri
 wrapper with a real loopback subscriber; one drives SGLang's real plugin loader. The scenarios are
 the ``child_*`` functions below; pytest only reads the JSON they print.
 
+``make test`` runs this file twice: against SGLang 0.5.23 in .venv, and against 0.5.17 (the oldest
+supported) put in front of it with PYTHONPATH (.ci/sglang-overlay.sh); the children read the
+version's own objects, so where 0.5.17 keeps things differently the assertions say which way.
+
 Skipped where sglang is not installed. We test for it with ``find_spec`` rather than
 ``pytest.importorskip``: importing sglang without the stand-ins fails (``import triton``), and with
 them would leak stand-ins into this process.
@@ -13,6 +17,7 @@ them would leak stand-ins into this process.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -99,25 +104,36 @@ def _write_models(root: str, name: str, case: dict[str, Any]) -> tuple[str, str]
     return tdir, ddir
 
 
-def _server_args(tdir: str, ddir: str, **spec: Any) -> Any:
-    from sglang.srt.server_args import ServerArgs
+def _argv(tdir: str, ddir: str, **spec: int) -> list[str]:
+    """The launcher's command line for these models and ``--speculative-*`` flags."""
+    argv = ["--model-path", tdir, "--device", "cpu", "--skip-tokenizer-init"]
+    argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", ddir]
+    for k, v in spec.items():
+        argv += ["--" + k.replace("_", "-"), str(v)]
+    return argv
 
-    sa = ServerArgs(
-        model_path=tdir,
-        device="cpu",
-        speculative_algorithm="EAGLE3",
-        speculative_draft_model_path=ddir,
-        skip_tokenizer_init=True,
-        **spec,
-    )
-    sa.resolve_once()
+
+def _server_args(tdir: str, ddir: str, **spec: int) -> Any:
+    """ServerArgs as SGLang's launcher makes them from its command line (``prepare_server_args``):
+    0.5.17 rewrites the record in ``__post_init__``; 0.5.23 resolves it in ``resolve_once``."""
+    from sglang.srt.server_args import prepare_server_args
+
+    sa = prepare_server_args(_argv(tdir, ddir, **spec))
+    if hasattr(sa, "resolve_once"):
+        sa.resolve_once()
     return sa
+
+
+def _sglang_effective(sa: Any, field: str) -> Any:
+    """A field's value after SGLang's own resolution, read the way that version keeps it."""
+    if hasattr(sa, "resolved_dict"):
+        return sa.resolved_dict()[field]
+    return getattr(sa, field)  # rewritten in place
 
 
 def _build(sa: Any, ddir: str) -> tuple[Any, Any, Any, Any]:
     """SGLang's real id reading, target (with real set_eagle3_layers_to_capture) and draft."""
     import torch
-    from sglang.srt import runtime_context as rc
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
         resolve_spec_aux_hidden_state_config,
@@ -126,7 +142,7 @@ def _build(sa: Any, ddir: str) -> tuple[Any, Any, Any, Any]:
     from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    rc.publish(sa, role="test", ranks=rc.SpawnRanks(world_rank=0))  # last publish wins
+    sglang_cpu.publish_server_args(sa)
     mc = ModelConfig.from_server_args(sa)
     aux_cfg = resolve_spec_aux_hidden_state_config(
         server_args=sa,
@@ -155,14 +171,18 @@ def child_wiring() -> dict[str, Any]:
     out: dict[str, Any] = {"layers": {}, "spec": {}}
 
     # -- spec rewrites, by SGLang's own resolution pipeline ----------------------------------
+    import sglang
+
+    out["version"] = sglang.__version__
     tdir, ddir = _write_models(root, "spec", LAYER_CASES["nested"])
-    sa = _server_args(
-        tdir, ddir, speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=16
-    )
-    out["spec"]["topk1"] = spec_report(sa, target_arch="LlamaForCausalLM")
-    out["spec"]["topk1_sglang_effective"] = sa.resolved_dict()["speculative_num_draft_tokens"]
+    topk1 = dict(speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=16)
+    sa = _server_args(tdir, ddir, **topk1)
+    # argv as the scheduler process inherits it from the launcher (0.5.17 needs it; 0.5.23 does not)
+    out["spec"]["topk1"] = spec_report(sa, target_arch="LlamaForCausalLM", argv=_argv(tdir, ddir, **topk1))
+    out["spec"]["topk1_sglang_effective"] = _sglang_effective(sa, "speculative_num_draft_tokens")
+    out["spec"]["keeps_raw_inputs"] = hasattr(sa, "resolve_once")
     sa_auto = _server_args(tdir, ddir)
-    out["spec"]["auto"] = spec_report(sa_auto, target_arch="LlamaForCausalLM")
+    out["spec"]["auto"] = spec_report(sa_auto, target_arch="LlamaForCausalLM", argv=_argv(tdir, ddir))
     # 0.5.17 style: ServerArgs already rewritten in place, requested values only in argv
     old = SimpleNamespace(
         _resolved_overrides=[("model_override", {"disable_radix_cache": True})],  # 0.5.17 has one too
@@ -578,12 +598,22 @@ def loader() -> dict[str, Any]:
     return _run_child("child_plugin_loader")
 
 
+def test_children_run_the_sglang_under_test(wiring: dict[str, Any]) -> None:
+    from eagle3_top.hooks.sglang.plugin import version_supported
+
+    assert wiring["version"] == importlib.metadata.version("sglang")
+    assert version_supported(wiring["version"])
+
+
 def test_topk1_rewrite_reported_as_sglang_resolved_it(wiring: dict[str, Any]) -> None:
     spec = wiring["spec"]["topk1"]
     assert wiring["spec"]["topk1_sglang_effective"] == 2  # SGLang's own pipeline did the rewrite
     assert spec["requested"] == {"algorithm": "EAGLE3", "num_steps": 1, "topk": 1, "num_draft_tokens": 16}
     assert spec["effective"] == {"algorithm": "EAGLE3", "num_steps": 1, "topk": 1, "num_draft_tokens": 2}
-    assert spec["requested_source"] == "declare_resolution"
+    # 0.5.23 keeps the raw inputs and records the rewrite; 0.5.17 rewrites in place (argv says)
+    assert spec["requested_source"] == (
+        "declare_resolution" if wiring["spec"]["keeps_raw_inputs"] else "argv"
+    )
     rw = {r["param"]: r for r in spec["rewrites"]}
     assert rw["num_draft_tokens"]["from"] == 16 and rw["num_draft_tokens"]["to"] == 2
     assert "topk=1" in rw["num_draft_tokens"]["reason"]

@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the device: unpack the carried SGLang set (build/sglang-h200, see ../shared/sglang-h200/build_carry.sh)
 # into /tmp/site and install eagle3-top into /tmp/e3t as a plugin: the package plus a dist-info whose
-# entry_points.txt registers [sglang.srt.plugins] eagle3_top (what `pip install eagle3-top` gives;
+# entry_points.txt registers [sglang.srt.plugins] eagle3_top (what `pip install .` gives;
 # the H200 image has no registry and no hatchling, so it is written by hand). msgpack comes from
 # build/e3t-extra/msgpack-*.whl. Then: export PYTHONPATH=/tmp/site:/tmp/e3t
 set -u
