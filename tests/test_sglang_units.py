@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import collect, wait_connected
 from eagle3_top.hooks.sglang import layers_native as ln
 from eagle3_top.hooks.sglang.launch import split_own_args
 from eagle3_top.hooks.sglang.plugin import endpoint_for_rank, version_supported
@@ -223,3 +224,40 @@ def test_pause_file_stops_recording_without_a_restart(recording_pub, tmp_path) -
     around(lambda self, b: res, object(), batch)
     assert len(recording_pub.bodies("step")) == 2 and not recording_pub.paused
     assert [s["step"] for s in recording_pub.bodies("step")] == [0, 1]
+
+
+def test_repeated_hook_failures_switch_the_tracer_off_once(caplog) -> None:
+    """A hook that keeps failing: every verify still returns the server's result; errors are
+    counted up to the limit, then the tracer switches itself off, says so once in the server log,
+    and the health events a monitor reads say ``disabled``."""
+    import logging
+
+    from eagle3_top.hooks.attach import Tracer
+    from eagle3_top.hooks.sglang.verify import make_around_verify
+    from eagle3_top.tracer.events import SourceId
+    from eagle3_top.tracer.publisher import Publisher
+    from eagle3_top.tracer.subscriber import Subscriber
+
+    pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="sglang"), health_interval_s=0.1)
+    sub = Subscriber([pub.bound_endpoint])
+    try:
+        wait_connected(sub)
+        tracer = Tracer(pub, max_errors=5)
+        around = make_around_verify(lambda _w: tracer)
+        good, res = _plain_verify(5, [2, 1], ["a", "b"])
+        broken = SimpleNamespace(reqs=[object(), object()], spec_info=good.spec_info, forward_mode=None)
+        with caplog.at_level(logging.WARNING, logger="eagle3_top"):
+            assert around(lambda self, b: res, object(), good) is res
+            for _ in range(12):
+                assert around(lambda self, b: res, object(), broken) is res
+            assert around(lambda self, b: res, object(), good) is res  # off now: not recorded
+        assert not tracer.enabled and pub.hook_errors == 5
+        said = [r.getMessage() for r in caplog.records if "tracer disabled" in r.getMessage()]
+        assert len(said) == 1 and "5 hook errors" in said[0] and "AttributeError" in said[0], said
+        events = collect(sub, lambda got: any(e.kind == "health" and e.body["disabled"] for e in got))
+        health = [e.body for e in events if e.kind == "health" and e.body["disabled"]]
+        assert health and health[-1]["hook_errors"] == 5
+        assert [e.kind for e in events].count("step") == 1  # the good step before, none after
+    finally:
+        sub.close()
+        pub.close()
