@@ -32,11 +32,19 @@ $(VENV)/.installed-sglang-%: $(VENV)/.installed-sglang .ci/sglang-overlay.sh
 	.ci/sglang-overlay.sh $* $(VENV)/sglang-$* $(BIN)/pip
 	touch $@
 
+# Triton for running the GPU fingerprint kernels under its CPU interpreter (tests/test_fingerprint_kernels.py),
+# kept out of the venv itself: the sglang tests stand triton in.
+TRITON_INTERP ?= triton==3.9.0
+$(VENV)/.installed-triton: $(VENV)/.installed
+	rm -rf $(VENV)/triton-interp
+	$(BIN)/pip install -q --no-deps --target $(VENV)/triton-interp "$(TRITON_INTERP)"
+	touch $@
+
 demo: $(VENV)/.installed
 	$(BIN)/eagle3-top demo
 
-test: $(VENV)/.installed-sglang $(VENV)/.installed-sglang-$(SGLANG_OLDEST)
-	$(BIN)/python -m pytest -q
+test: $(VENV)/.installed-sglang $(VENV)/.installed-sglang-$(SGLANG_OLDEST) $(VENV)/.installed-triton
+	EAGLE3_TOP_TEST_TRITON=$(abspath $(VENV))/triton-interp $(BIN)/python -m pytest -q
 	PYTHONPATH=$(VENV)/sglang-$(SGLANG_OLDEST) $(BIN)/python -m pytest -q $(SGLANG_TESTS)
 
 # Every supported SGLang release between the two that `make test` covers (a few minutes, ~250 MB each).
