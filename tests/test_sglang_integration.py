@@ -304,10 +304,19 @@ def _verify_objects(
         ns = torch.full((bs, n), -1, dtype=torch.int64)
         parents = None
     else:  # root 0 -> {1, 2}, 1 -> {3}
-        assert n == 4
+        assert n == 4 and bs == 2 and accept_lens == [3, 2]
         nt = torch.tensor([[1, 3, -1, -1]] * bs, dtype=torch.int64)
         ns = torch.tensor([[-1, 2, -1, -1]] * bs, dtype=torch.int64)
         parents = [[-1, 0, 0, 1]] * bs
+        # The target's tokens come node by node; the request 0 accepts the path 0 -> 1 -> 3, request
+        # 1 the path 0 -> 2. SGLang's own tree finalisation (every supported version) moves each
+        # accepted path to the front of its row before the result is returned.
+        from sglang.srt.speculative.eagle_worker_common import _compact_accept_to_front
+
+        accept_index = torch.tensor([[0, 1, 3, -1], [4, 6, -1, -1]], dtype=torch.int64)
+        predict = nxt
+        nxt = _compact_accept_to_front(predict, accept_index, bs, num_draft_tokens=n)
+        path_tokens = [predict[accept_index[i, : accept_lens[i]]].tolist() for i in range(bs)]
     seq_lens = torch.full((bs,), 10, dtype=torch.int64)
     vi = EagleVerifyInput(
         draft_token=draft,
@@ -351,6 +360,9 @@ def _verify_objects(
         "parents": parents,
         "draft_tokens_by_row": [nn[i][: accept_lens[i]] for i in range(bs)],
     }
+    if topk > 1:  # what the stream must show: the accepted path's tokens, read off the tree
+        expect["tokens"] = [t for row in path_tokens for t in row]
+        expect["draft_tokens_by_row"] = path_tokens
     return batch, res, expect
 
 
