@@ -149,12 +149,16 @@ def install_standins() -> StandInFinder:
     return finder
 
 
-def init_single_process_group() -> None:
-    """World of one on gloo, SGLang's parallel context published (DESIGN.md §8).
+def init_process_group(world_size: int = 1, rank: int = 0) -> None:
+    """A gloo world of ``world_size`` CPU processes, one tensor-parallel group over all of them, with
+    SGLang's parallel context published (DESIGN.md §8). Every rank calls it with the same
+    ``MASTER_PORT``.
 
     The context is published first: ``reset_context()`` would wipe the WORLD group that
     ``init_distributed_environment`` writes into it.
     """
+    import inspect
+
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
     import torch.distributed as dist
@@ -162,18 +166,26 @@ def init_single_process_group() -> None:
 
     if dist.is_initialized():
         return
-    _publish_context()
+    _publish_context(world_size, rank)
     init_distributed_environment(
-        world_size=1,
-        rank=0,
-        local_rank=0,
+        world_size=world_size,
+        rank=rank,
+        local_rank=rank,
         backend="gloo",
         distributed_init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
     )
-    initialize_model_parallel(backend="gloo")
+    if "tensor_model_parallel_size" in inspect.signature(initialize_model_parallel).parameters:
+        initialize_model_parallel(tensor_model_parallel_size=world_size, backend="gloo")  # 0.5.17
+    else:  # 0.5.23 reads the widths from the published context
+        initialize_model_parallel(backend="gloo")
 
 
-def _publish_context() -> None:
+def init_single_process_group() -> None:
+    """A world of one (DESIGN.md §8)."""
+    init_process_group(1, 0)
+
+
+def _publish_context(tp_size: int = 1, rank: int = 0) -> None:
     from sglang.srt.server_args import ServerArgs
 
     try:
@@ -181,15 +193,15 @@ def _publish_context() -> None:
     except ImportError:  # older SGLang: no runtime context to publish
         return
     rc.reset_context()
-    publish_server_args(ServerArgs(model_path="dummy", device="cpu"))
+    publish_server_args(ServerArgs(model_path="dummy", device="cpu", tp_size=tp_size), rank)
 
 
-def publish_server_args(server_args: Any) -> None:
+def publish_server_args(server_args: Any, rank: int = 0) -> None:
     """Make ``server_args`` the process's published config (the last publish wins)."""
     from sglang.srt import runtime_context as rc
 
     if hasattr(rc, "SpawnRanks"):  # 0.5.23; 0.5.17's publish takes no ranks
-        rc.publish(server_args, role="test", ranks=rc.SpawnRanks(world_rank=0))
+        rc.publish(server_args, role="test", ranks=rc.SpawnRanks(world_rank=rank))
     else:
         rc.publish(server_args, role="test")
 
@@ -204,11 +216,8 @@ sglang_cpu.install_standins()
 """
 
 
-def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
-    """Run ``body`` in a fresh interpreter with the stand-ins installed; return its stdout.
-
-    Raises AssertionError with the child's stderr when it exits non-zero.
-    """
+def start_sglang_subprocess(body: str, *, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``body`` in a fresh interpreter with the stand-ins installed (stdout and stderr piped)."""
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     code = PRELUDE.format(tests_dir=tests_dir) + textwrap.dedent(body)
     full_env = dict(os.environ)
@@ -216,12 +225,34 @@ def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, ti
     full_env["PYTHONUNBUFFERED"] = "1"
     if env:
         full_env.update(env)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
     )
+
+
+def finish_sglang_subprocess(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    """Wait for a started child; return its stdout. Raises AssertionError with the child's stderr
+    when it exits non-zero (or is killed at ``timeout``)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
     if proc.returncode != 0:
         raise AssertionError(
-            f"sglang subprocess failed (rc={proc.returncode})\n--- stdout\n{proc.stdout[-4000:]}"
-            f"\n--- stderr\n{proc.stderr[-8000:]}"
+            f"sglang subprocess failed (rc={proc.returncode})\n--- stdout\n{out[-4000:]}"
+            f"\n--- stderr\n{err[-8000:]}"
         )
-    return proc.stdout
+    return out
+
+
+def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    """Run ``body`` in a fresh interpreter with the stand-ins installed; return its stdout.
+
+    Raises AssertionError with the child's stderr when it exits non-zero.
+    """
+    return finish_sglang_subprocess(start_sglang_subprocess(body, env=env), timeout)

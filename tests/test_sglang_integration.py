@@ -58,17 +58,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run_child(func: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    body = f"""
+def _child_body(func: str) -> str:
+    return f"""
 import json, test_sglang_integration as t
 out = t.{func}()
 print({MARK!r} + json.dumps(out))
 """
-    stdout = sglang_cpu.run_in_sglang_subprocess(body, env=env, timeout=240)
+
+
+def _child_result(stdout: str) -> dict[str, Any]:
     for line in stdout.splitlines():
         if line.startswith(MARK):
             return json.loads(line[len(MARK) :])
     raise AssertionError(f"child printed no result:\n{stdout[-3000:]}")
+
+
+def _run_child(func: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    return _child_result(sglang_cpu.run_in_sglang_subprocess(_child_body(func), env=env, timeout=240))
 
 
 # ================================================================================================
@@ -131,7 +137,20 @@ def _sglang_effective(sa: Any, field: str) -> Any:
     return getattr(sa, field)  # rewritten in place
 
 
-def _build(sa: Any, ddir: str) -> tuple[Any, Any, Any, Any]:
+def _init_dp_attention(sa: Any, mc: Any) -> None:
+    """What SGLang's model runner does before it builds a model: 0.5.17's layers read the attention
+    data-parallel size when tensor-parallel (0.5.23 derives it from the published context)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    try:
+        _ = get_parallel().attn_dp_size
+    except AssertionError:  # "dp attention not initialized!"
+        from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+        initialize_dp_attention(sa, mc)
+
+
+def _build(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any]:
     """SGLang's real id reading, target (with real set_eagle3_layers_to_capture) and draft."""
     import torch
     from sglang.srt.configs.model_config import ModelConfig
@@ -142,8 +161,9 @@ def _build(sa: Any, ddir: str) -> tuple[Any, Any, Any, Any]:
     from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    sglang_cpu.publish_server_args(sa)
+    sglang_cpu.publish_server_args(sa, rank)
     mc = ModelConfig.from_server_args(sa)
+    _init_dp_attention(sa, mc)
     aux_cfg = resolve_spec_aux_hidden_state_config(
         server_args=sa,
         model_config=mc,
@@ -366,6 +386,52 @@ def _verify_objects(
     return batch, res, expect
 
 
+def _worker(sa: Any, runner: Any, draft: Any) -> Any:
+    """A real ``EAGLEWorkerV2`` instance holding what our hooks read of it (its ``__init__`` needs a
+    GPU model runner and KV pools): steps 3, topk 1, 4 draft tokens."""
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    worker = object.__new__(EAGLEWorkerV2)
+    worker._target_worker = SimpleNamespace(model_runner=runner)
+    worker._draft_worker = SimpleNamespace(draft_runner=SimpleNamespace(model=draft))
+    worker.server_args = sa
+    worker.topk, worker.speculative_num_steps, worker.speculative_num_draft_tokens = 1, 3, 4
+    worker.speculative_algorithm = SpeculativeAlgorithm.from_string("EAGLE3")
+    return worker
+
+
+def child_rank() -> dict[str, Any]:
+    """One tensor-parallel rank of a real two-process gloo world (E3T_TEST_RANK): SGLang's own rank
+    functions say which rank this process is, and our plugin decides whether, and where, it
+    publishes. Stays up E3T_TEST_LINGER seconds so the parent's subscriber reads what it sent."""
+    import tempfile
+    import time
+
+    from eagle3_top.hooks.sglang import plugin
+
+    rank = int(os.environ["E3T_TEST_RANK"])
+    sglang_cpu.init_process_group(2, rank)
+    root = tempfile.mkdtemp(prefix=f"e3t-sgl-r{rank}-")
+    tdir, ddir = _write_models(root, "tp2", LAYER_CASES["nested"])
+    spec = dict(speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    sa = _server_args(tdir, ddir, tp_size=2, **spec)
+    _aux_cfg, target, draft, runner = _build(sa, ddir, rank)
+    tracer = plugin.tracer_for_worker(_worker(sa, runner, draft))
+    out = {
+        "ranks": plugin.ranks(),
+        "publishing": tracer is not None,
+        "bound": None if tracer is None else tracer.publisher.bound_endpoint,
+        "socket_bound": plugin._state["publisher"] is not None,
+        "off": plugin._state["off"],
+        "layers_to_capture": list(target.model.layers_to_capture),
+    }
+    time.sleep(float(os.environ.get("E3T_TEST_LINGER", "5")))
+    if tracer is not None:
+        tracer.publisher.close()
+    return out
+
+
 def child_verify() -> dict[str, Any]:
     """Real EAGLEWorkerV2 class, hooked through SGLang's HookRegistry by our register()."""
     import tempfile
@@ -378,7 +444,6 @@ def child_verify() -> dict[str, Any]:
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.plugins.hook_registry import HookRegistry
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     sglang_cpu.init_single_process_group()
     root = tempfile.mkdtemp(prefix="e3t-sgl-")
@@ -405,12 +470,7 @@ def child_verify() -> dict[str, Any]:
     wrapped = getattr(EAGLEWorkerV2.verify, "__wrapped__", None) is fake_verify
     wrapped = wrapped and getattr(Scheduler.process_batch_result, "__wrapped__", None) is fake_process
 
-    worker = object.__new__(EAGLEWorkerV2)
-    worker._target_worker = SimpleNamespace(model_runner=runner)
-    worker._draft_worker = SimpleNamespace(draft_runner=SimpleNamespace(model=draft))
-    worker.server_args = sa
-    worker.topk, worker.speculative_num_steps, worker.speculative_num_draft_tokens = 1, 3, 4
-    worker.speculative_algorithm = SpeculativeAlgorithm.from_string("EAGLE3")
+    worker = _worker(sa, runner, draft)
 
     endpoint = os.environ["EAGLE3_TOP_PUBLISH"]
     sub = Subscriber([endpoint])
@@ -608,6 +668,60 @@ def verify_run() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def loader() -> dict[str, Any]:
     return _run_child("child_plugin_loader")
+
+
+def _free_port_pair() -> int:
+    """A port p with p + 1 free too (rank r publishes on port + r)."""
+    for _ in range(50):
+        p = _free_port()
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise AssertionError("no two consecutive free ports")
+
+
+def _run_two_ranks(all_ranks: bool) -> dict[str, Any]:
+    """Two scheduler-like processes, TP ranks 0 and 1, and a subscriber on both ranks' endpoints."""
+    import time
+
+    from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
+    from eagle3_top.tracer.subscriber import Subscriber
+
+    endpoint = f"tcp://127.0.0.1:{_free_port_pair()}"
+    env = {"EAGLE3_TOP_PUBLISH": endpoint, "MASTER_PORT": str(_free_port()), "E3T_TEST_LINGER": "5"}
+    if all_ranks:
+        env["EAGLE3_TOP_ALL_RANKS"] = "1"
+    sub = Subscriber([endpoint, endpoint_for_rank(endpoint, 1)])
+    procs = [
+        sglang_cpu.start_sglang_subprocess(_child_body("child_rank"), env={**env, "E3T_TEST_RANK": str(r)})
+        for r in (0, 1)
+    ]
+    events: list[Any] = []
+    deadline = time.monotonic() + 200
+    try:
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            events += sub.poll(100)
+        children = [_child_result(sglang_cpu.finish_sglang_subprocess(p, timeout=30)) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        sub.close()
+    hellos = {e.src: e.body for e in events if e.kind == "hello"}
+    return {"endpoint": endpoint, "children": children, "hellos": hellos}
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> dict[str, Any]:
+    return _run_two_ranks(all_ranks=False)
+
+
+@pytest.fixture(scope="module")
+def two_ranks_all() -> dict[str, Any]:
+    return _run_two_ranks(all_ranks=True)
 
 
 def test_children_run_the_sglang_under_test(wiring: dict[str, Any]) -> None:
@@ -808,6 +922,32 @@ def test_untested_version_stays_off_with_one_reason(loader: dict[str, Any]) -> N
     bad = loader["bad_version"]
     assert not bad["registered"] and "0.6.1" in bad["off"]
     assert bad["targets"] == []
+
+
+def test_only_tp_rank_0_publishes_by_default(two_ranks: dict[str, Any]) -> None:
+    r0, r1 = two_ranks["children"]
+    # the ranks as SGLang's own parallel state reports them in each process
+    assert r0["ranks"] == {"tp_rank": 0, "tp_size": 2, "pp_rank": 0}
+    assert r1["ranks"] == {"tp_rank": 1, "tp_size": 2, "pp_rank": 0}
+    assert r0["publishing"] and r0["bound"] == two_ranks["endpoint"]
+    assert not r1["publishing"] and not r1["socket_bound"] and r1["off"] is None  # quiet, not broken
+    (src,) = two_ranks["hellos"]
+    assert src.endswith(":r0") and two_ranks["hellos"][src]["tp"] == {"rank": 0, "size": 2}
+
+
+def test_all_ranks_publish_each_as_its_own_source(two_ranks_all: dict[str, Any]) -> None:
+    from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
+
+    r0, r1 = two_ranks_all["children"]
+    ep = two_ranks_all["endpoint"]
+    assert r0["bound"] == ep and r1["bound"] == endpoint_for_rank(ep, 1)
+    hellos = two_ranks_all["hellos"]
+    assert sorted(src.rsplit(":", 1)[1] for src in hellos) == ["r0", "r1"]
+    for src, hello in hellos.items():
+        rank = int(src.rsplit(":r", 1)[1])
+        assert hello["tp"] == {"rank": rank, "size": 2}
+        # each rank reads its own live target: the same capture layers on both
+        assert hello["aux"]["capture_native"] == [r0, r1][rank]["layers_to_capture"] == [1, 3, 4]
 
 
 def _findings(hello: dict[str, Any], trained: list[int] | None) -> set[str]:

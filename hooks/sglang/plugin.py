@@ -204,24 +204,35 @@ def _around_scheduler_init(original: Any, self: Any, *args: Any, **kwargs: Any) 
 
 
 def ranks() -> dict[str, int]:
-    """TP/PP placement of this scheduler process (0/1 when unknown)."""
+    """TP/PP placement of this scheduler process, from SGLang's live parallel state.
+
+    ``runtime_context.get_parallel()`` (0.5.17 - 0.5.23) reads the live groups; 0.5.23 no longer
+    exports the old ``get_tensor_model_parallel_rank`` getters from ``sglang.srt.distributed``,
+    and reading them there failed quietly, so every rank took itself for rank 0. What cannot be
+    read stays 0 (rank) / 1 (size), and is said once in the log.
+    """
     out = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0}
     try:
-        from sglang.srt.distributed import (
-            get_tensor_model_parallel_rank,
-            get_tensor_model_parallel_world_size,
-        )
+        from sglang.srt.runtime_context import get_parallel
 
-        out["tp_rank"] = int(get_tensor_model_parallel_rank())
-        out["tp_size"] = int(get_tensor_model_parallel_world_size())
-    except Exception:
-        pass
-    try:
-        from sglang.srt.distributed import get_pipeline_model_parallel_rank
+        par = get_parallel()
+        read = {k: (lambda k=k: getattr(par, k)) for k in out}
+    except ImportError:  # no runtime context: the parallel-state getters themselves
+        from sglang.srt.distributed import parallel_state as ps
 
-        out["pp_rank"] = int(get_pipeline_model_parallel_rank())
-    except Exception:
-        pass
+        read = {
+            "tp_rank": ps.get_tensor_model_parallel_rank,
+            "tp_size": ps.get_tensor_model_parallel_world_size,
+            "pp_rank": ps.get_pipeline_model_parallel_rank,
+        }
+    unread = []
+    for key, get in read.items():
+        try:
+            out[key] = int(get())
+        except Exception as exc:
+            unread.append(f"{key} ({type(exc).__name__}: {exc})"[:160])
+    if unread:
+        log.info("eagle3-top: cannot read %s; taken as %s", ", ".join(unread), out)
     return out
 
 
