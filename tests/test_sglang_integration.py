@@ -49,6 +49,9 @@ LAYER_CASES: dict[str, dict[str, Any]] = {
     "out_of_order": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 0, 2]}},
     "duplicated": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 2, 3]}},
     "unreachable": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 5]}},
+    "aux_off": {
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3], "use_aux_hidden_state": False}
+    },
 }
 
 
@@ -151,7 +154,8 @@ def _init_dp_attention(sa: Any, mc: Any) -> None:
 
 
 def _build(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any]:
-    """SGLang's real id reading, target (with real set_eagle3_layers_to_capture) and draft."""
+    """SGLang's real id reading, target (with real set_eagle3_layers_to_capture) and draft:
+    ``(aux config, target model, draft runner, target runner)``."""
     import torch
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
@@ -178,7 +182,12 @@ def _build(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any]:
     # the draft's own weight loader turns d2t into hot_token_id
     d2t = torch.arange(DRAFT_VOCAB, dtype=torch.int64) * 3  # draft id i -> target id 4i
     draft.load_weights([("d2t", d2t)])
-    return aux_cfg, target, draft, SimpleNamespace(model=target, spec_aux_config=aux_cfg, server_args=sa)
+    runner = SimpleNamespace(model=target, spec_aux_config=aux_cfg, server_args=sa)
+    # what a draft ModelRunner holds that SGLang's own draft-input sizing reads
+    draft_runner = SimpleNamespace(
+        model=draft, model_config=dmc, spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3")
+    )
+    return aux_cfg, target, draft_runner, runner
 
 
 def child_wiring() -> dict[str, Any]:
@@ -201,6 +210,11 @@ def child_wiring() -> dict[str, Any]:
     out["spec"]["topk1"] = spec_report(sa, target_arch="LlamaForCausalLM", argv=_argv(tdir, ddir, **topk1))
     out["spec"]["topk1_sglang_effective"] = _sglang_effective(sa, "speculative_num_draft_tokens")
     out["spec"]["keeps_raw_inputs"] = hasattr(sa, "resolve_once")
+    if out["spec"]["keeps_raw_inputs"]:  # our reading goes through SGLang's own resolved view
+        from eagle3_top.hooks.sglang.wiring import resolving_view_fn
+
+        view = resolving_view_fn()(sa)
+        out["spec"]["view_num_draft_tokens"] = view.speculative_num_draft_tokens
     sa_auto = _server_args(tdir, ddir)
     out["spec"]["auto"] = spec_report(sa_auto, target_arch="LlamaForCausalLM", argv=_argv(tdir, ddir))
     # 0.5.17 style: ServerArgs already rewritten in place, requested values only in argv
@@ -233,8 +247,9 @@ def child_wiring() -> dict[str, Any]:
         sa = _server_args(
             tdir, ddir, speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4
         )
-        aux_cfg, target, draft, runner = _build(sa, ddir)
-        hello = wiring_from_objects(sa, target, draft, ddir, target_runner=runner)
+        aux_cfg, target, draft_runner, runner = _build(sa, ddir)
+        draft = draft_runner.model
+        hello = wiring_from_objects(sa, target, draft, ddir, target_runner=runner, draft_runner=draft_runner)
         out["layers"][name] = {
             "sglang_ids": aux_cfg.eagle_aux_hidden_state_layer_ids,
             "sglang_layers_to_capture": list(target.model.layers_to_capture),
@@ -386,7 +401,7 @@ def _verify_objects(
     return batch, res, expect
 
 
-def _worker(sa: Any, runner: Any, draft: Any) -> Any:
+def _worker(sa: Any, runner: Any, draft_runner: Any) -> Any:
     """A real ``EAGLEWorkerV2`` instance holding what our hooks read of it (its ``__init__`` needs a
     GPU model runner and KV pools): steps 3, topk 1, 4 draft tokens."""
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -394,7 +409,7 @@ def _worker(sa: Any, runner: Any, draft: Any) -> Any:
 
     worker = object.__new__(EAGLEWorkerV2)
     worker._target_worker = SimpleNamespace(model_runner=runner)
-    worker._draft_worker = SimpleNamespace(draft_runner=SimpleNamespace(model=draft))
+    worker._draft_worker = SimpleNamespace(draft_runner=draft_runner)
     worker.server_args = sa
     worker.topk, worker.speculative_num_steps, worker.speculative_num_draft_tokens = 1, 3, 4
     worker.speculative_algorithm = SpeculativeAlgorithm.from_string("EAGLE3")
@@ -416,8 +431,8 @@ def child_rank() -> dict[str, Any]:
     tdir, ddir = _write_models(root, "tp2", LAYER_CASES["nested"])
     spec = dict(speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)
     sa = _server_args(tdir, ddir, tp_size=2, **spec)
-    _aux_cfg, target, draft, runner = _build(sa, ddir, rank)
-    tracer = plugin.tracer_for_worker(_worker(sa, runner, draft))
+    _aux_cfg, target, draft_runner, runner = _build(sa, ddir, rank)
+    tracer = plugin.tracer_for_worker(_worker(sa, runner, draft_runner))
     out = {
         "ranks": plugin.ranks(),
         "publishing": tracer is not None,
@@ -451,7 +466,7 @@ def child_verify() -> dict[str, Any]:
     sa = _server_args(
         tdir, ddir, speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4
     )
-    aux_cfg, target, draft, runner = _build(sa, ddir)
+    aux_cfg, target, draft_runner, runner = _build(sa, ddir)
 
     results: dict[int, Any] = {}
 
@@ -470,7 +485,7 @@ def child_verify() -> dict[str, Any]:
     wrapped = getattr(EAGLEWorkerV2.verify, "__wrapped__", None) is fake_verify
     wrapped = wrapped and getattr(Scheduler.process_batch_result, "__wrapped__", None) is fake_process
 
-    worker = _worker(sa, runner, draft)
+    worker = _worker(sa, runner, draft_runner)
 
     endpoint = os.environ["EAGLE3_TOP_PUBLISH"]
     sub = Subscriber([endpoint])
@@ -734,6 +749,8 @@ def test_children_run_the_sglang_under_test(wiring: dict[str, Any]) -> None:
 def test_topk1_rewrite_reported_as_sglang_resolved_it(wiring: dict[str, Any]) -> None:
     spec = wiring["spec"]["topk1"]
     assert wiring["spec"]["topk1_sglang_effective"] == 2  # SGLang's own pipeline did the rewrite
+    if wiring["spec"]["keeps_raw_inputs"]:
+        assert wiring["spec"]["view_num_draft_tokens"] == 2
     assert spec["requested"] == {"algorithm": "EAGLE3", "num_steps": 1, "topk": 1, "num_draft_tokens": 16}
     assert spec["effective"] == {"algorithm": "EAGLE3", "num_steps": 1, "topk": 1, "num_draft_tokens": 2}
     # 0.5.23 keeps the raw inputs and records the rewrite; 0.5.17 rewrites in place (argv says)
@@ -776,8 +793,14 @@ def test_reported_layers_match_sglang_objects(wiring: dict[str, Any], name: str)
     # canonical = what the forward loop really captures: input of layer i, ascending, once, in range
     assert aux["capture_canonical"] == [i - 1 for i in sorted(set(ltc)) if 0 <= i < N_LAYERS]
     assert aux["slots"] == len(aux["capture_canonical"])
-    assert aux["width"] == aux["slots"] * HIDDEN
     assert aux["expected_width"] == case["sglang_fc_in"]
+    if case["sglang_capture_aux"]:
+        assert aux["width"] == aux["slots"] * HIDDEN
+        # SGLang sizes the draft's input (its draft-extend buffers) from the draft config alone:
+        # the number of ids it lists, wherever they sit, or 3
+        assert aux["sglang_input_width"] == 3 * HIDDEN
+    else:  # no aux capture: the draft is fed the final hidden state, and sized for it
+        assert aux["width"] == aux["sglang_input_width"] == HIDDEN and aux["slots"] == 0
     assert case["hello"]["model"]["num_layers"] == N_LAYERS
     assert case["hello"]["model"]["draft_arch"] == "LlamaForCausalLMEagle3"
 
@@ -797,6 +820,9 @@ def test_layer_cases_show_the_known_failure_modes(wiring: dict[str, Any]) -> Non
     assert L["out_of_order"]["capture_canonical"] == [0, 2, 3]  # slots reordered vs training
     assert L["duplicated"]["slots"] == 2 and L["duplicated"]["expected_width"] == 3 * HIDDEN
     assert L["unreachable"]["capture_native"][-1] == N_LAYERS and L["unreachable"]["slots"] == 2
+    off = L["aux_off"]
+    assert off["use_aux_hidden_state"] is False and off["slots"] == 0 and off["capture_canonical"] == []
+    assert off["width"] == HIDDEN and off["expected_width"] == 3 * HIDDEN
 
 
 def test_other_families_rules_match_sglang_code(wiring: dict[str, Any]) -> None:
@@ -986,3 +1012,6 @@ def test_diagnosis_on_sglang_hellos(wiring: dict[str, Any]) -> None:
     assert "AUX_WIDTH_MISMATCH" in _findings(L["duplicated"], None)
     assert "AUX_WIDTH_MISMATCH" in _findings(L["unreachable"], None)
     assert _findings(L["minus_one"], [-1, 2, 3]) == set()
+    # use_aux_hidden_state: false: SGLang captures nothing and feeds the final hidden state
+    assert _findings(L["aux_off"], trained) == {"AUX_WIDTH_MISMATCH"}
+    assert _findings(L["aux_off"], None) == {"AUX_WIDTH_MISMATCH"}

@@ -235,21 +235,26 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
         )  # fmt: skip
 
     width, expected = aux.get("width"), aux.get("expected_width")
-    if (
-        use_aux
-        and algo != "EAGLE"
-        and isinstance(width, int)
-        and isinstance(expected, int)
-        and width != expected
-    ):
+    if algo != "EAGLE" and isinstance(width, int) and isinstance(expected, int) and width != expected:
         hidden = lookup(hello, "model", "hidden_size")
-        add(
-            "AUX_WIDTH_MISMATCH", ERROR,
-            f"aux width {width} ({aux.get('slots')} slots × {hidden}) but the draft's fc expects {expected}",
-            "make the layer ids distinct and below num_layers - 1 so every slot is captured, "
-            "and pair the draft with the target it was trained on",
-            width=width, expected_width=expected, slots=aux.get("slots"),
-        )  # fmt: skip
+        if use_aux:
+            add(
+                "AUX_WIDTH_MISMATCH", ERROR,
+                f"aux width {width} ({aux.get('slots')} slots × {hidden}) but the draft's fc expects {expected}",
+                "make the layer ids distinct and below num_layers - 1 so every slot is captured, "
+                "and pair the draft with the target it was trained on",
+                width=width, expected_width=expected, slots=aux.get("slots"),
+            )  # fmt: skip
+        else:  # the same silent fallback as ALGORITHM_MISMATCH, from one config key
+            add(
+                "AUX_WIDTH_MISMATCH", ERROR,
+                "the draft config's eagle_config.use_aux_hidden_state is false: the target captures no aux "
+                f"layers and feeds the draft its final hidden state ({width} wide), so the draft skips "
+                f"its fc, which expects {expected}",
+                "remove use_aux_hidden_state: false from the draft's eagle_config (an EAGLE-3 draft is "
+                "trained on the aux layers)",
+                width=width, expected_width=expected, use_aux_hidden_state=False,
+            )  # fmt: skip
 
     if manifest is not None:
         _against_manifest(ev, manifest, add, served, native)
