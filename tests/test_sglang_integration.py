@@ -210,10 +210,10 @@ def child_wiring() -> dict[str, Any]:
     out["spec"]["topk1"] = spec_report(sa, target_arch="LlamaForCausalLM", argv=_argv(tdir, ddir, **topk1))
     out["spec"]["topk1_sglang_effective"] = _sglang_effective(sa, "speculative_num_draft_tokens")
     out["spec"]["keeps_raw_inputs"] = hasattr(sa, "resolve_once")
-    if out["spec"]["keeps_raw_inputs"]:  # our reading goes through SGLang's own resolved view
-        from eagle3_top.hooks.sglang.wiring import resolving_view_fn
+    if out["spec"]["keeps_raw_inputs"]:  # the view wiring.py reads, where SGLang's launcher reads it
+        from sglang.srt.arg_groups.overrides import resolving_view
 
-        view = resolving_view_fn()(sa)
+        view = resolving_view(sa)
         out["spec"]["view_num_draft_tokens"] = view.speculative_num_draft_tokens
     sa_auto = _server_args(tdir, ddir)
     out["spec"]["auto"] = spec_report(sa_auto, target_arch="LlamaForCausalLM", argv=_argv(tdir, ddir))

@@ -76,7 +76,9 @@ def _resolved_fields(server_args: Any, names: dict[str, str]) -> dict[str, Any] 
     if not hasattr(server_args, "resolve_once") or getattr(server_args, "_resolved_overrides", None) is None:
         return None
     try:
-        view = resolving_view_fn()(server_args)
+        from sglang.srt.arg_groups.overrides import resolving_view
+
+        view = resolving_view(server_args)
         return {k: _plain(getattr(view, f, None)) for k, f in names.items()}
     except Exception:
         # apply the declarations ourselves, last one wins
@@ -87,16 +89,6 @@ def _resolved_fields(server_args: Any, names: dict[str, str]) -> dict[str, Any] 
                 if f in inv:
                     out[inv[f]] = _plain(v)
         return out
-
-
-def resolving_view_fn() -> Any:
-    """SGLang's ``resolving_view`` (0.5.23: ``arg_groups.model_override_base``), the live read view of
-    what its resolution pipeline decided; raises ImportError where there is none."""
-    try:
-        from sglang.srt.arg_groups.model_override_base import resolving_view
-    except ImportError:
-        from sglang.srt.arg_groups.overrides import resolving_view  # an older layout
-    return resolving_view
 
 
 def _argv_fields(argv: Sequence[str] | None, names: dict[str, str]) -> dict[str, Any] | None:
