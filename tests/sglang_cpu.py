@@ -19,6 +19,7 @@ import importlib.machinery
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import types
 from typing import Any
@@ -180,11 +181,6 @@ def init_process_group(world_size: int = 1, rank: int = 0) -> None:
         initialize_model_parallel(backend="gloo")
 
 
-def init_single_process_group() -> None:
-    """A world of one (DESIGN.md §8)."""
-    init_process_group(1, 0)
-
-
 def _publish_context(tp_size: int = 1, rank: int = 0) -> None:
     from sglang.srt.server_args import ServerArgs
 
@@ -216,8 +212,45 @@ sglang_cpu.install_standins()
 """
 
 
-def start_sglang_subprocess(body: str, *, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start ``body`` in a fresh interpreter with the stand-ins installed (stdout and stderr piped)."""
+class Child:
+    """A started child interpreter. Its output goes to temporary files, not pipes: a parent busy
+    with something else (a subscriber) cannot make it block on a full pipe."""
+
+    def __init__(self, code: str, env: dict[str, str]) -> None:
+        self._out, self._err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=self._out, stderr=self._err, env=env
+        )
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def finish(self, timeout: float = 120) -> str:
+        """Wait for it; return its stdout. Raises AssertionError with its stderr when it exits
+        non-zero (or is killed at ``timeout``)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        out, err = (self._read(f) for f in (self._out, self._err))
+        if self.proc.returncode != 0:
+            raise AssertionError(
+                f"sglang subprocess failed (rc={self.proc.returncode})\n--- stdout\n{out[-4000:]}"
+                f"\n--- stderr\n{err[-8000:]}"
+            )
+        return out
+
+    @staticmethod
+    def _read(f: Any) -> str:
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+        f.close()
+        return str(text)
+
+
+def start_sglang_subprocess(body: str, *, env: dict[str, str] | None = None) -> Child:
+    """Start ``body`` in a fresh interpreter with the stand-ins installed."""
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     code = PRELUDE.format(tests_dir=tests_dir) + textwrap.dedent(body)
     full_env = dict(os.environ)
@@ -225,29 +258,7 @@ def start_sglang_subprocess(body: str, *, env: dict[str, str] | None = None) -> 
     full_env["PYTHONUNBUFFERED"] = "1"
     if env:
         full_env.update(env)
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=full_env,
-    )
-
-
-def finish_sglang_subprocess(proc: subprocess.Popen[str], timeout: float = 120) -> str:
-    """Wait for a started child; return its stdout. Raises AssertionError with the child's stderr
-    when it exits non-zero (or is killed at ``timeout``)."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"sglang subprocess failed (rc={proc.returncode})\n--- stdout\n{out[-4000:]}"
-            f"\n--- stderr\n{err[-8000:]}"
-        )
-    return out
+    return Child(code, full_env)
 
 
 def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
@@ -255,4 +266,4 @@ def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, ti
 
     Raises AssertionError with the child's stderr when it exits non-zero.
     """
-    return finish_sglang_subprocess(start_sglang_subprocess(body, env=env), timeout)
+    return start_sglang_subprocess(body, env=env).finish(timeout)

@@ -195,7 +195,7 @@ def child_wiring() -> dict[str, Any]:
 
     from eagle3_top.hooks.sglang.wiring import spec_report, wiring_from_objects
 
-    sglang_cpu.init_single_process_group()
+    sglang_cpu.init_process_group()
     root = tempfile.mkdtemp(prefix="e3t-sgl-")
     out: dict[str, Any] = {"layers": {}, "spec": {}}
 
@@ -460,7 +460,7 @@ def child_verify() -> dict[str, Any]:
     from sglang.srt.plugins.hook_registry import HookRegistry
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
 
-    sglang_cpu.init_single_process_group()
+    sglang_cpu.init_process_group()
     root = tempfile.mkdtemp(prefix="e3t-sgl-")
     tdir, ddir = _write_models(root, "verify", LAYER_CASES["nested"])
     sa = _server_args(
@@ -717,13 +717,13 @@ def _run_two_ranks(all_ranks: bool) -> dict[str, Any]:
     events: list[Any] = []
     deadline = time.monotonic() + 200
     try:
-        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        while time.monotonic() < deadline and any(p.running() for p in procs):
             events += sub.poll(100)
-        children = [_child_result(sglang_cpu.finish_sglang_subprocess(p, timeout=30)) for p in procs]
+        children = [_child_result(p.finish(timeout=30)) for p in procs]
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
+            if p.running():
+                p.proc.kill()
         sub.close()
     hellos = {e.src: e.body for e in events if e.kind == "hello"}
     return {"endpoint": endpoint, "children": children, "hellos": hellos}
