@@ -197,3 +197,16 @@ def test_uninitialised_vocab_map(engines, tmp_path) -> None:
     codes = {f["code"] for f in findings}
     assert rc == 1 and "VOCAB_MAP_INVALID" in codes
     assert "all offsets are zero" in next(f["message"] for f in findings if f["code"] == "VOCAB_MAP_INVALID")
+
+
+def test_aux_switched_off_in_the_draft_config(manifest, engines, tmp_path) -> None:
+    # eagle_config.use_aux_hidden_state: false: the server captures no layers and feeds the draft its
+    # final hidden state, which the draft's fc (trained on 3 slots) never sees: it is skipped
+    draft = _draft_variant(tmp_path, lambda c: c["eagle_config"].update(use_aux_hidden_state=False))
+    engines.append(e := Engine("--speculative-draft-model-path", draft))
+    rc, findings, err = check(e.endpoint, manifest, "--steps", "50")
+    assert rc == 1, err
+    width = [f for f in findings if f["code"] == "AUX_WIDTH_MISMATCH"]
+    assert width and "use_aux_hidden_state is false" in width[0]["message"], findings
+    assert "128 wide" in width[0]["message"] and "384" in width[0]["message"]
+    assert "use_aux_hidden_state" in width[0]["fix"]
