@@ -447,6 +447,51 @@ def child_rank() -> dict[str, Any]:
     return out
 
 
+def child_dp_replica() -> dict[str, Any]:
+    """One data-parallel replica (E3T_TEST_DP_RANK) of a --dp-size 2 server, TP 1: a world of its own.
+    The replica's rank reaches the scheduler the way this SGLang passes it (0.5.23: the published
+    parallel context; 0.5.17: an argument of ``Scheduler.__init__``), and our scheduler-init hook
+    runs around an ``__init__`` with SGLang's real signature."""
+    import inspect
+    import tempfile
+    import time
+
+    from eagle3_top.hooks.sglang import plugin
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.managers.scheduler import Scheduler
+
+    dp = int(os.environ["E3T_TEST_DP_RANK"])
+    sglang_cpu.init_process_group()
+    root = tempfile.mkdtemp(prefix=f"e3t-sgl-dp{dp}-")
+    tdir, ddir = _write_models(root, "dp", LAYER_CASES["nested"])
+    spec = dict(speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    sa = _server_args(tdir, ddir, dp_size=2, **spec)
+    _aux_cfg, _target, draft_runner, runner = _build(sa, ddir)
+    if hasattr(rc, "SpawnRanks"):  # as 0.5.23's run_scheduler_process publishes it
+        rc.publish(sa, role="test", ranks=rc.SpawnRanks(world_rank=0, dp_rank=dp))
+    worker = _worker(sa, runner, draft_runner)
+    sig = inspect.signature(Scheduler.__init__)
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:  # the real one needs a GPU model runner
+        self.draft_worker = worker
+
+    init.__signature__ = sig  # type: ignore[attr-defined]
+    kwargs = {name: None for name in list(sig.parameters)[1:]}
+    if "dp_rank" in kwargs:
+        kwargs["dp_rank"] = dp  # as 0.5.17's run_scheduler_process passes it
+    plugin._around_scheduler_init(init, object.__new__(Scheduler), **kwargs)
+    tracer = plugin.tracer_for_worker(worker)
+    out = {
+        "ranks": plugin.ranks(),
+        "bound": None if tracer is None else tracer.publisher.bound_endpoint,
+        "off": plugin._state["off"],
+    }
+    time.sleep(float(os.environ.get("E3T_TEST_LINGER", "5")))
+    if tracer is not None:
+        tracer.publisher.close()
+    return out
+
+
 def child_verify() -> dict[str, Any]:
     """Real EAGLEWorkerV2 class, hooked through SGLang's HookRegistry by our register()."""
     import tempfile
@@ -698,8 +743,9 @@ def _free_port_pair() -> int:
     raise AssertionError("no two consecutive free ports")
 
 
-def _run_two_ranks(all_ranks: bool) -> dict[str, Any]:
-    """Two scheduler-like processes, TP ranks 0 and 1, and a subscriber on both ranks' endpoints."""
+def _run_two_ranks(all_ranks: bool, child: str = "child_rank") -> dict[str, Any]:
+    """Two scheduler-like processes (``child``: TP ranks 0 and 1 of one world, or
+    ``child_dp_replica``: DP replicas 0 and 1, a world each) and a subscriber on ports p and p + 1."""
     import time
 
     from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
@@ -710,10 +756,12 @@ def _run_two_ranks(all_ranks: bool) -> dict[str, Any]:
     if all_ranks:
         env["EAGLE3_TOP_ALL_RANKS"] = "1"
     sub = Subscriber([endpoint, endpoint_for_rank(endpoint, 1)])
-    procs = [
-        sglang_cpu.start_sglang_subprocess(_child_body("child_rank"), env={**env, "E3T_TEST_RANK": str(r)})
-        for r in (0, 1)
-    ]
+    own = (
+        [{"E3T_TEST_RANK": str(r)} for r in (0, 1)]
+        if child == "child_rank"
+        else [{"E3T_TEST_DP_RANK": str(r), "MASTER_PORT": str(_free_port())} for r in (0, 1)]
+    )
+    procs = [sglang_cpu.start_sglang_subprocess(_child_body(child), env={**env, **o}) for o in own]
     events: list[Any] = []
     deadline = time.monotonic() + 200
     try:
@@ -737,6 +785,11 @@ def two_ranks() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def two_ranks_all() -> dict[str, Any]:
     return _run_two_ranks(all_ranks=True)
+
+
+@pytest.fixture(scope="module")
+def two_replicas() -> dict[str, Any]:
+    return _run_two_ranks(all_ranks=False, child="child_dp_replica")
 
 
 def test_children_run_the_sglang_under_test(wiring: dict[str, Any]) -> None:
@@ -953,8 +1006,8 @@ def test_untested_version_stays_off_with_one_reason(loader: dict[str, Any]) -> N
 def test_only_tp_rank_0_publishes_by_default(two_ranks: dict[str, Any]) -> None:
     r0, r1 = two_ranks["children"]
     # the ranks as SGLang's own parallel state reports them in each process
-    assert r0["ranks"] == {"tp_rank": 0, "tp_size": 2, "pp_rank": 0}
-    assert r1["ranks"] == {"tp_rank": 1, "tp_size": 2, "pp_rank": 0}
+    assert r0["ranks"] == {"tp_rank": 0, "tp_size": 2, "pp_rank": 0, "pp_size": 1, "dp_rank": 0}
+    assert r1["ranks"] == {"tp_rank": 1, "tp_size": 2, "pp_rank": 0, "pp_size": 1, "dp_rank": 0}
     assert r0["publishing"] and r0["bound"] == two_ranks["endpoint"]
     assert not r1["publishing"] and not r1["socket_bound"] and r1["off"] is None  # quiet, not broken
     (src,) = two_ranks["hellos"]
@@ -974,6 +1027,19 @@ def test_all_ranks_publish_each_as_its_own_source(two_ranks_all: dict[str, Any])
         assert hello["tp"] == {"rank": rank, "size": 2}
         # each rank reads its own live target: the same capture layers on both
         assert hello["aux"]["capture_native"] == [r0, r1][rank]["layers_to_capture"] == [1, 3, 4]
+
+
+def test_each_data_parallel_replica_publishes_on_its_own_port(two_replicas: dict[str, Any]) -> None:
+    """--dp-size 2: two TP-1 worlds, each its rank 0; before, both bound the same endpoint and one
+    of them, whichever came second, switched itself off."""
+    from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
+
+    d0, d1 = two_replicas["children"]
+    assert (d0["ranks"]["dp_rank"], d1["ranks"]["dp_rank"]) == (0, 1)
+    assert d0["off"] is None and d1["off"] is None
+    ep = two_replicas["endpoint"]
+    assert (d0["bound"], d1["bound"]) == (ep, endpoint_for_rank(ep, 1))
+    assert sorted(src.rsplit(":", 1)[1] for src in two_replicas["hellos"]) == ["r0", "r1"]
 
 
 def _findings(hello: dict[str, Any], trained: list[int] | None) -> set[str]:

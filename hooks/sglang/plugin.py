@@ -60,6 +60,7 @@ _state: dict[str, Any] = {
     "publisher": None,
     "tracer": None,
     "result_hook_live": False,  # Scheduler.process_batch_result ran through our hook: verify holds steps
+    "init_dp_rank": None,  # the dp_rank Scheduler.__init__ was given (0.5.17 passes it there)
 }
 _lock = threading.Lock()
 
@@ -195,6 +196,10 @@ def _patch(target: str, around: Any) -> None:
 def _around_scheduler_init(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
     result = original(self, *args, **kwargs)
     try:
+        _state["init_dp_rank"] = _init_arg(original, self, args, kwargs, "dp_rank")
+    except Exception:
+        pass
+    try:
         worker = getattr(self, "draft_worker", None)
         if worker is not None and hasattr(worker, "target_worker") and hasattr(worker, "verify"):
             tracer_for_worker(worker)
@@ -203,20 +208,51 @@ def _around_scheduler_init(original: Any, self: Any, *args: Any, **kwargs: Any) 
     return result
 
 
+def _init_arg(original: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
+    """The value ``Scheduler.__init__`` was called with for parameter ``name`` (None if it has none)."""
+    import inspect
+
+    bound = inspect.signature(original).bind_partial(self, *args, **kwargs)
+    return bound.arguments.get(name)
+
+
+def _dp_rank(par: Any) -> int:
+    """This scheduler's data-parallel replica (0 without a DP controller): 0.5.23 publishes it in the
+    parallel context; 0.5.17 passes it to ``Scheduler.__init__``; a router sets ``SGLANG_DP_RANK``."""
+    for get in (
+        lambda: getattr(par, "dp_rank", None),
+        lambda: _state.get("init_dp_rank"),
+        lambda: os.environ.get("SGLANG_DP_RANK"),
+    ):
+        try:
+            v = get()
+        except Exception:
+            continue
+        if v is not None:
+            return int(v)
+    return 0
+
+
 def ranks() -> dict[str, int]:
-    """TP/PP placement of this scheduler process, from SGLang's live parallel state.
+    """TP/PP placement and data-parallel replica of this scheduler process, from SGLang's live
+    parallel state.
 
     ``runtime_context.get_parallel()`` (0.5.17 - 0.5.23) reads the live groups; 0.5.23 no longer
     exports the old ``get_tensor_model_parallel_rank`` getters from ``sglang.srt.distributed``,
     and reading them there failed quietly, so every rank took itself for rank 0. What cannot be
     read stays 0 (rank) / 1 (size), and is said once in the log.
     """
-    out = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0}
+    import functools
+    from collections.abc import Callable
+
+    out = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "pp_size": 1, "dp_rank": 0}
+    par: Any = None
+    read: dict[str, Callable[[], Any]]
     try:
         from sglang.srt.runtime_context import get_parallel
 
         par = get_parallel()
-        read = {k: (lambda k=k: getattr(par, k)) for k in out}
+        read = {k: functools.partial(getattr, par, k) for k in ("tp_rank", "tp_size", "pp_rank", "pp_size")}
     except ImportError:  # no runtime context: the parallel-state getters themselves
         from sglang.srt.distributed import parallel_state as ps
 
@@ -224,7 +260,9 @@ def ranks() -> dict[str, int]:
             "tp_rank": ps.get_tensor_model_parallel_rank,
             "tp_size": ps.get_tensor_model_parallel_world_size,
             "pp_rank": ps.get_pipeline_model_parallel_rank,
+            "pp_size": ps.get_pipeline_model_parallel_world_size,
         }
+    read["dp_rank"] = functools.partial(_dp_rank, par)
     unread = []
     for key, get in read.items():
         try:
@@ -272,8 +310,12 @@ def _start(worker: Any) -> Any:
         return None
     r = ranks()
     all_ranks = os.environ.get(ENV_ALL_RANKS) == "1"
-    global_rank = r["tp_rank"] + r["pp_rank"] * r["tp_size"]
-    if not all_ranks and global_rank != 0:
+    # Each data-parallel replica (--dp-size, one TP x PP world each) is a server of its own: by
+    # default its rank 0 publishes. Ports are numbered across replicas, as SGLang numbers its own
+    # per-replica KV-event publishers (base + rank): replica d, rank k -> port + d * (tp * pp) + k.
+    replica_rank = r["tp_rank"] + r["pp_rank"] * r["tp_size"]
+    global_rank = r["dp_rank"] * r["tp_size"] * r["pp_size"] + replica_rank
+    if not all_ranks and replica_rank != 0:
         return None
     if _state["tracer"] is not None:  # a second spec worker in one process: share the source
         tracer = _state["tracer"]
@@ -282,7 +324,7 @@ def _start(worker: Any) -> Any:
         from eagle3_top.tracer.events import SourceId
         from eagle3_top.tracer.publisher import Publisher
 
-        ep = endpoint_for_rank(endpoint, global_rank) if all_ranks else endpoint
+        ep = endpoint_for_rank(endpoint, global_rank)
         secret = None
         if os.environ.get(ENV_CURVE_SECRET):
             from eagle3_top.tracer.curve import load_secret
@@ -339,4 +381,12 @@ def _reset_for_tests() -> None:
     pub = _state.get("publisher")
     if pub is not None:
         pub.close()
-    _state.update(registered=False, off=None, tracers={}, publisher=None, tracer=None, result_hook_live=False)
+    _state.update(
+        registered=False,
+        off=None,
+        tracers={},
+        publisher=None,
+        tracer=None,
+        result_hook_live=False,
+        init_dp_rank=None,
+    )
