@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
+from array import array
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -95,10 +96,12 @@ def test_sglang_prefill_rows_are_segmented_per_request(recording_pub) -> None:
     tracer = Tracer(pub)  # type: ignore[arg-type]
     tracer.set_slot_width(4)
     hidden = torch.arange(9 * 12, dtype=torch.float32).reshape(9, 12)
+    # SGLang's Req keeps the prompt on the host as origin_input_ids (a list, or an array('q'))
     reqs = [
-        SimpleNamespace(rid="req-a", fill_ids=[1, 2, 3, 4]),
-        SimpleNamespace(rid="e3t-probe-0-x", fill_ids=[9, 8, 7, 6, 5, 4, 3]),  # 4 cached, 3 extended
-        SimpleNamespace(rid="e3t-probe-1-y", fill_ids=[5, 5]),
+        SimpleNamespace(rid="req-a", origin_input_ids=[1, 2, 3, 4], output_ids=array("q")),
+        SimpleNamespace(rid="e3t-probe-0-x", origin_input_ids=[9, 8, 7, 6, 5, 4, 3], output_ids=array("q")),
+        # resumed after a retraction: its prompt and what it had generated are prefilled again
+        SimpleNamespace(rid="e3t-probe-1-y", origin_input_ids=array("q", [5]), output_ids=array("q", [6])),
     ]
     batch = SimpleNamespace(
         reqs=reqs, extend_lens=[4, 3, 2], prefix_lens=[0, 4, 0], input_ids=torch.zeros(9, dtype=torch.long)
@@ -113,7 +116,7 @@ def test_sglang_prefill_rows_are_segmented_per_request(recording_pub) -> None:
     assert (first.offset, first.rows, first.slots, first.slot_width) == (4, 3, 3, 4)
     assert first.input_ids.tolist() == [5, 4, 3]
     np.testing.assert_allclose(first.aux, hidden[4:7].numpy())
-    assert decode_probe(bodies[1]).input_ids.tolist() == [5, 5]
+    assert decode_probe(bodies[1]).input_ids.tolist() == [5, 6]
     assert pub.hook_errors == 0, pub.last_error
 
 

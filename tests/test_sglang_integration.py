@@ -497,7 +497,6 @@ def child_verify() -> dict[str, Any]:
     import tempfile
     import time
 
-    import torch
     from eagle3_top.hooks.sglang import plugin
     from eagle3_top.hooks.sglang.verify import STEP_ATTR
     from eagle3_top.tracer.subscriber import Subscriber
@@ -643,8 +642,8 @@ def child_verify() -> dict[str, Any]:
     hellos = [e.body for e in events + seen if e.kind == "hello"]
     auxes = [e.body for e in events if e.kind == "aux"]
     healths = [e.body for e in events if e.kind == "health"]
-    _ = torch
     return {
+        "probe": _prefill_probe_on_real_reqs(),
         "wrapped": wrapped,
         "returned": returned,
         "tail": tail,
@@ -655,6 +654,47 @@ def child_verify() -> dict[str, Any]:
         "health": healths[-1] if healths else None,
         "src": sorted({e.src for e in events}),
     }
+
+
+def _prefill_probe_on_real_reqs() -> list[dict[str, Any]]:
+    """A prefill batch of SGLang's real ``Req`` objects through our probe capture: one ordinary
+    request, one probe with a 4-token cached prefix. The prompt ids must come from the requests
+    themselves, not from the batch's device ids (zeros here)."""
+    import torch
+    from eagle3_top.hooks.attach import Tracer
+    from eagle3_top.hooks.sglang.probe import record_prefill_probes
+    from eagle3_top.tracer.probe import decode_probe
+    from eagle3_top.tracer.publisher import MemoryPublisher
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    reqs = [
+        Req("req-a", "", [11, 12, 13], SamplingParams(max_new_tokens=4)),
+        Req("e3t-probe-0-x", "", [9, 8, 7, 6, 5, 4, 3], SamplingParams(max_new_tokens=4)),
+    ]
+    batch = ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.EXTEND, device="cpu")
+    batch.extend_lens, batch.prefix_lens = [3, 3], [0, 4]
+    batch.input_ids = torch.zeros(6, dtype=torch.int64)
+    hidden = torch.arange(6 * 3 * HIDDEN, dtype=torch.float32).reshape(6, 3 * HIDDEN)
+    pub = MemoryPublisher()
+    tracer = Tracer(pub)  # type: ignore[arg-type]
+    tracer.set_slot_width(HIDDEN)
+    record_prefill_probes(tracer, batch, hidden)
+    out = []
+    for body in pub.bodies("probe"):
+        got = decode_probe(body)
+        out.append(
+            {
+                "rid": got.rid,
+                "offset": got.offset,
+                "rows": got.rows,
+                "ids": got.input_ids.tolist(),
+                "aux_is_its_rows": bool(np.array_equal(got.aux, hidden[3:6].numpy())),
+                "hook_errors": pub.hook_errors,
+            }
+        )
+    return out
 
 
 def child_plugin_loader() -> dict[str, Any]:
@@ -953,6 +993,14 @@ def test_verify_wrapper_publishes_real_steps(verify_run: dict[str, Any]) -> None
         else:
             assert np.array(got["parents"]).reshape(len(exp["rids"]), -1).tolist() == exp["parents"]
     assert all(t != 0 for s in steps for t in s["tokens"])
+
+
+def test_probe_ids_come_from_sglangs_own_requests(verify_run: dict[str, Any]) -> None:
+    (probe,) = verify_run["probe"]
+    assert probe["rid"] == "e3t-probe-0-x" and probe["offset"] == 4 and probe["rows"] == 3
+    assert probe["ids"] == [5, 4, 3]  # the prompt after its 4 cached tokens, read on the host
+    assert probe["aux_is_its_rows"]  # rows 3..5 of the packed batch: the second request's
+    assert probe["hook_errors"] == 0
 
 
 def test_overlap_tail_rows_are_left_out_as_sglang_skips_them(verify_run: dict[str, Any]) -> None:

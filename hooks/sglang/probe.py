@@ -12,6 +12,7 @@ With a radix-cache hit or chunked prefill the cached / earlier rows are not here
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,24 @@ def _lens(batch: Any, *names: str) -> list[int] | None:
             return [int(x) for x in v]
         return None  # a device tensor: reading it would sync; skip
     return None
+
+
+_HOST_SEQ = (list, tuple, array)
+
+
+def _host_ids(req: Any, start: int, n: int) -> list[int] | None:
+    """Token ids at positions ``[start, start + n)`` of a request's sequence, from the host-side
+    ``origin_input_ids`` (then ``output_ids``, for a request resumed after a retraction), as every
+    supported SGLang keeps them on ``Req``; None when they are not there."""
+    seq = getattr(req, "origin_input_ids", None)
+    if not isinstance(seq, _HOST_SEQ):
+        return None
+    if start + n > len(seq):
+        out = getattr(req, "output_ids", None)
+        if not isinstance(out, _HOST_SEQ) or start + n > len(seq) + len(out):
+            return None
+        seq = list(seq) + list(out)
+    return [int(t) for t in seq[start : start + n]]
 
 
 def record_prefill_probes(tracer: Tracer, batch: Any, hidden: Any) -> int:
@@ -55,13 +74,10 @@ def record_prefill_probes(tracer: Tracer, batch: Any, hidden: Any) -> int:
     for req, ext, pre in zip(reqs, extend, prefix, strict=True):
         rid = getattr(req, "rid", None)
         if ext > 0 and tracer.is_probe(rid):
-            fill = getattr(req, "fill_ids", None)
-            if isinstance(fill, list) and len(fill) >= pre + ext:
-                ids: Any = fill[pre : pre + ext]  # host list: no device read
-            elif input_ids is not None:
-                ids = input_ids[pt : pt + ext]  # copied before the original rotates it in place
-            else:
-                ids = [-1] * ext
+            ids: Any = _host_ids(req, pre, ext)  # host lists: no device read
+            if ids is None:
+                # copied before the original rotates it in place
+                ids = input_ids[pt : pt + ext] if input_ids is not None else [-1] * ext
             tracer.record_probe(str(rid), hidden[pt : pt + ext], ids, offset=pre)
             n += 1
         pt += ext
