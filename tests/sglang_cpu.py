@@ -192,12 +192,13 @@ def _publish_context(tp_size: int = 1, rank: int = 0) -> None:
     publish_server_args(ServerArgs(model_path="dummy", device="cpu", tp_size=tp_size), rank)
 
 
-def publish_server_args(server_args: Any, rank: int = 0) -> None:
-    """Make ``server_args`` the process's published config (the last publish wins)."""
+def publish_server_args(server_args: Any, rank: int = 0, dp_rank: int | None = None) -> None:
+    """Make ``server_args`` the process's published config (the last publish wins), for world rank
+    ``rank`` of data-parallel replica ``dp_rank``, as ``run_scheduler_process`` publishes it."""
     from sglang.srt import runtime_context as rc
 
     if hasattr(rc, "SpawnRanks"):  # 0.5.23; 0.5.17's publish takes no ranks
-        rc.publish(server_args, role="test", ranks=rc.SpawnRanks(world_rank=rank))
+        rc.publish(server_args, role="test", ranks=rc.SpawnRanks(world_rank=rank, dp_rank=dp_rank))
     else:
         rc.publish(server_args, role="test")
 

@@ -416,12 +416,20 @@ def _worker(sa: Any, runner: Any, draft_runner: Any) -> Any:
     return worker
 
 
+def _linger(tracer: Any) -> None:
+    """Stay up E3T_TEST_LINGER seconds, so the parent's subscriber reads what was sent; then close."""
+    import time
+
+    time.sleep(float(os.environ.get("E3T_TEST_LINGER", "5")))
+    if tracer is not None:
+        tracer.publisher.close()
+
+
 def child_rank() -> dict[str, Any]:
     """One tensor-parallel rank of a real two-process gloo world (E3T_TEST_RANK): SGLang's own rank
     functions say which rank this process is, and our plugin decides whether, and where, it
     publishes. Stays up E3T_TEST_LINGER seconds so the parent's subscriber reads what it sent."""
     import tempfile
-    import time
 
     from eagle3_top.hooks.sglang import plugin
 
@@ -441,9 +449,7 @@ def child_rank() -> dict[str, Any]:
         "off": plugin._state["off"],
         "layers_to_capture": list(target.model.layers_to_capture),
     }
-    time.sleep(float(os.environ.get("E3T_TEST_LINGER", "5")))
-    if tracer is not None:
-        tracer.publisher.close()
+    _linger(tracer)
     return out
 
 
@@ -454,10 +460,8 @@ def child_dp_replica() -> dict[str, Any]:
     runs around an ``__init__`` with SGLang's real signature."""
     import inspect
     import tempfile
-    import time
 
     from eagle3_top.hooks.sglang import plugin
-    from sglang.srt import runtime_context as rc
     from sglang.srt.managers.scheduler import Scheduler
 
     dp = int(os.environ["E3T_TEST_DP_RANK"])
@@ -467,8 +471,7 @@ def child_dp_replica() -> dict[str, Any]:
     spec = dict(speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)
     sa = _server_args(tdir, ddir, dp_size=2, **spec)
     _aux_cfg, _target, draft_runner, runner = _build(sa, ddir)
-    if hasattr(rc, "SpawnRanks"):  # as 0.5.23's run_scheduler_process publishes it
-        rc.publish(sa, role="test", ranks=rc.SpawnRanks(world_rank=0, dp_rank=dp))
+    sglang_cpu.publish_server_args(sa, dp_rank=dp)  # where 0.5.23 keeps the replica's rank
     worker = _worker(sa, runner, draft_runner)
     sig = inspect.signature(Scheduler.__init__)
 
@@ -486,9 +489,7 @@ def child_dp_replica() -> dict[str, Any]:
         "bound": None if tracer is None else tracer.publisher.bound_endpoint,
         "off": plugin._state["off"],
     }
-    time.sleep(float(os.environ.get("E3T_TEST_LINGER", "5")))
-    if tracer is not None:
-        tracer.publisher.close()
+    _linger(tracer)
     return out
 
 

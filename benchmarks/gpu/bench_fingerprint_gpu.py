@@ -42,6 +42,14 @@ def gpu_time_us(fn: Any, n: int = 100) -> float:
     return statistics.median(ts)
 
 
+def drain(pub: Any) -> None:
+    """Resolve what the tracer recorded, as the sender thread would (its pinned buffers go back to
+    the pool), and forget it."""
+    for _, body in pub.events:
+        getattr(body, "resolve", lambda: None)()
+    pub.events.clear()
+
+
 def host_time_us(tracer: Any, pub: Any, call: Any, rounds: int = 12, per_round: int = 20) -> dict[str, float]:
     """Median wall time per ``call()`` on the calling thread: what the scheduler's CPU pays per
     verify (attribute reads, copy and kernel launches, an event, a deque append), for a step alone
@@ -59,9 +67,7 @@ def host_time_us(tracer: Any, pub: Any, call: Any, rounds: int = 12, per_round: 
             for _ in range(per_round):
                 call()
             dt = (time.perf_counter() - t0) / per_round * 1e6
-            for _, body in pub.events:
-                getattr(body, "resolve", lambda: None)()
-            pub.events.clear()
+            drain(pub)
             if r:  # the first round fills the pinned pool
                 per_call.append(dt)
         out[name] = round(statistics.median(per_call), 2)
@@ -282,9 +288,7 @@ def main() -> int:
     )
     guarded = tracer.guarded(record_verify)
     guarded(tracer, batch, result, 0.0)  # warm-up (pinned pool, sketch upload)
-    for _, body in pub.events:
-        body.resolve() if hasattr(body, "resolve") else None
-    pub.events.clear()
+    drain(pub)
     raised = None
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -296,8 +300,7 @@ def main() -> int:
     finally:
         torch.cuda.set_sync_debug_mode(0)
     kinds = [k for k, _ in pub.events]
-    for _, body in pub.events:
-        getattr(body, "resolve", lambda: None)()
+    drain(pub)
     res["sync_debug"] = {
         "raised": raised,
         "hook_errors": pub.hook_errors,

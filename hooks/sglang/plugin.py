@@ -53,15 +53,20 @@ SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
 RESULT_TARGET = "sglang.srt.managers.scheduler.Scheduler.process_batch_result"
 PREFILL_EXTEND_TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill"
 
-_state: dict[str, Any] = {
-    "registered": False,
-    "off": None,  # reason string once we decided to stay off in this process
-    "tracers": {},  # id(worker) -> Tracer | None
-    "publisher": None,
-    "tracer": None,
-    "result_hook_live": False,  # Scheduler.process_batch_result ran through our hook: verify holds steps
-    "init_dp_rank": None,  # the dp_rank Scheduler.__init__ was given (0.5.17 passes it there)
-}
+
+def _fresh_state() -> dict[str, Any]:
+    return {
+        "registered": False,
+        "off": None,  # reason string once we decided to stay off in this process
+        "tracers": {},  # id(worker) -> Tracer | None
+        "publisher": None,
+        "tracer": None,
+        "result_hook_live": False,  # Scheduler.process_batch_result ran through our hook: verify holds steps
+        "init_dp_rank": None,  # the dp_rank Scheduler.__init__ was given (0.5.17 passes it there)
+    }
+
+
+_state: dict[str, Any] = _fresh_state()
 _lock = threading.Lock()
 
 
@@ -237,9 +242,10 @@ def ranks() -> dict[str, int]:
     """TP/PP placement and data-parallel replica of this scheduler process, from SGLang's live
     parallel state.
 
-    ``runtime_context.get_parallel()`` (0.5.17 - 0.5.23) reads the live groups; 0.5.23 no longer
-    exports the old ``get_tensor_model_parallel_rank`` getters from ``sglang.srt.distributed``,
-    and reading them there failed quietly, so every rank took itself for rank 0. What cannot be
+    ``runtime_context.get_parallel()`` (0.5.17 - 0.5.23) reads the live groups; 0.5.21 and later
+    no longer export the old ``get_tensor_model_parallel_rank`` getters from
+    ``sglang.srt.distributed``, and reading them there failed quietly, so every rank took itself
+    for rank 0. What cannot be
     read stays 0 (rank) / 1 (size), and is said once in the log.
     """
     import functools
@@ -381,12 +387,4 @@ def _reset_for_tests() -> None:
     pub = _state.get("publisher")
     if pub is not None:
         pub.close()
-    _state.update(
-        registered=False,
-        off=None,
-        tracers={},
-        publisher=None,
-        tracer=None,
-        result_hook_live=False,
-        init_dp_rank=None,
-    )
+    _state.update(_fresh_state())
