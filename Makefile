@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 SGLANG ?= 0.5.23
 # The oldest supported SGLang: the sglang CPU tests run a second time against its real classes.
 SGLANG_OLDEST ?= 0.5.17
-SGLANG_TESTS := tests/test_sglang_integration.py tests/test_sglang_units.py
+SGLANG_TESTS := tests/test_sglang_*.py
 
 .PHONY: demo test test-sglang-versions lint bench clean
 
@@ -58,6 +58,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy tracer tui hooks
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.run_all

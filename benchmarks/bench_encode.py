@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgpack
 import numpy as np
-from eagle3_top.tracer.events import decode, encode, step_body, step_view
+from eagle3_top.tracer.schema import decode, encode, step_body, step_view
 
 from benchmarks.common import best_of, machine, step_arrays
 
@@ -19,7 +19,7 @@ def run(batch: int = 64, n: int = 16) -> dict[str, float]:
     offsets = np.concatenate([[0], np.cumsum(s.accepted + 1)])
 
     def ours() -> bytes:
-        body = step_body(step=1, rids=s.rids, draft=s.draft, accepted=s.accepted, tokens=s.tokens)
+        body = step_body(step=1, rids=s.rids, draft=s.draft, accept_lens=s.accepted + 1, tokens=s.tokens)
         return encode("step", "h:1:r0", 1, 0.0, body)
 
     def per_request() -> bytes:

@@ -16,7 +16,7 @@ from benchmarks.common import machine
 
 def ensure_files(directory: str, n: int) -> list[str]:
     from eagle3_top.hooks.toy.gendata import generate
-    from eagle3_top.tracer.trainfiles import find_training_files
+    from eagle3_top.tracer.analysis.trainfiles import find_training_files
 
     files = find_training_files(directory) if os.path.isdir(directory) else []
     if len(files) < n:
@@ -30,7 +30,7 @@ def ensure_files(directory: str, n: int) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     import torch
     from eagle3_top.hooks.toy.paths import draft_dir, target_dir
-    from eagle3_top.tracer.manifest import build_manifest
+    from eagle3_top.tracer.analysis.manifest_build import build_manifest
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--files", type=int, default=10_000)

@@ -13,8 +13,8 @@ import time
 
 import msgpack
 import zmq
-from eagle3_top.tracer.events import STEP, SourceId, step_body
 from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.schema import STEP, SourceId, step_body
 
 from benchmarks.common import machine, step_arrays
 
@@ -85,7 +85,8 @@ def run_ours(bodies: list[dict]) -> float:
 def main() -> dict[str, float]:
     s = step_arrays()
     bodies = [
-        step_body(step=i, rids=s.rids, draft=s.draft, accepted=s.accepted, tokens=s.tokens) for i in range(N)
+        step_body(step=i, rids=s.rids, draft=s.draft, accept_lens=s.accepted + 1, tokens=s.tokens)
+        for i in range(N)
     ]
     print(f"# bench_publisher: {N} step events (batch 64 x 16) to a subscriber process, on {machine()}")
     raw = max(run_raw(bodies) for _ in range(2))

@@ -32,11 +32,11 @@ def _drain(endpoint: str, stop: mp.Event, out: mp.Queue) -> None:  # type: ignor
 
 
 def run(batch: int = 8, rounds: int = 40, steps_per_round: int = 40) -> dict[str, float]:
-    from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.toy.engine import ToyEagle3Engine
     from eagle3_top.hooks.toy_tracing import attach_toy
-    from eagle3_top.tracer.events import SourceId
     from eagle3_top.tracer.publisher import Publisher
+    from eagle3_top.tracer.schema import SourceId
+    from eagle3_top.tracer.tracer import Tracer
 
     engine = ToyEagle3Engine(batch_size=batch, seed=1)
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="toy"))

@@ -6,7 +6,7 @@ In this process we measure, one after the other in the same run:
 1. raw: a bare pyzmq SUB socket, ``recv`` + ``msgpack.unpackb`` (the floor for any Python
    subscriber);
 2. tui: the TUI's real path — ``Feed`` thread (``Subscriber.recv_frames`` → ``decode_frame`` →
-   ``MonitorState.ingest`` = ``step_view`` + ``AcceptanceStats.add``) while the main thread pulls a
+   ``EvidenceBook.ingest`` = the schema's step checks + ``AcceptanceStats.add_many``) while the main thread pulls a
    ``Snapshot`` at 4 Hz like the UI does.
 
 It reports events/s for both, their ratio, events missed (sequence holes), and the receive lag
@@ -28,8 +28,8 @@ import zmq
 
 
 def _publisher(q_out, stop, batch: int, n: int, seconds: float, rate: float = 0.0) -> None:
-    from eagle3_top.tracer.events import STEP, SourceId, step_body
     from eagle3_top.tracer.publisher import Publisher
+    from eagle3_top.tracer.schema import STEP, SourceId, step_body
 
     rng = np.random.default_rng(0)
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="toy"), queue_size=8192, sndhwm=100_000)
@@ -44,7 +44,7 @@ def _publisher(q_out, stop, batch: int, n: int, seconds: float, rate: float = 0.
                 step=i,
                 rids=[f"req-{j:06d}" for j in range(batch)],
                 draft=draft,
-                accepted=acc,
+                accept_lens=acc + 1,
                 tokens=tokens,
                 dt=0.01,
             )
@@ -102,23 +102,23 @@ def measure_raw(endpoint: str, seconds: float) -> dict:
 
 
 def measure_tui(endpoint: str, seconds: float) -> dict:
+    from eagle3_top.tracer.analysis.evidence import EvidenceBook
     from eagle3_top.tui.feed import Feed
-    from eagle3_top.tui.model import MonitorState
 
     lags: list[float] = []
 
-    class LagState(MonitorState):
+    class LagBook(EvidenceBook):
         def ingest(self, events, now, on_malformed=None):
             if events:
                 lags.append(time.time() - events[-1].ts)
             return super().ingest(events, now, on_malformed)
 
-    feed = Feed([endpoint], state=LagState()).start()
+    feed = Feed([endpoint], book=LagBook()).start()
     # wait for the first events
     t_wait = time.monotonic() + 10
-    while feed.state.events == 0 and time.monotonic() < t_wait:
+    while feed.book.events == 0 and time.monotonic() < t_wait:
         time.sleep(0.005)
-    e0 = feed.state.events
+    e0 = feed.book.events
     t0 = time.perf_counter()
     snaps = 0
     snap_ms = []
@@ -128,7 +128,7 @@ def measure_tui(endpoint: str, seconds: float) -> dict:
         snap = feed.snapshot()
         snap_ms.append((time.perf_counter() - s0) * 1e3)
         snaps += 1
-    e1 = feed.state.events
+    e1 = feed.book.events
     dt = time.perf_counter() - t0
     src = snap.sources[0] if snap.sources else None
     feed.stop()
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    for name, r in (("raw pyzmq+msgpack", raw), ("tui Feed+MonitorState", tui)):
+    for name, r in (("raw pyzmq+msgpack", raw), ("tui Feed+EvidenceBook", tui)):
         pub = r["publisher"]
         pub_rate = pub["sent"] / (args.seconds + 3.0)
         print(

@@ -1,4 +1,8 @@
-"""``eagle3-top toy``: run the built-in EAGLE-3 engine with the tracer attached, no UI."""
+"""``eagle3-top toy``: run the built-in EAGLE-3 engine with the tracer attached, no UI.
+
+Always a process of its own (``python -m eagle3_top.hooks.toy_main``; the ``eagle3-top toy`` command
+execs it): nothing of the monitor or the analysis is loaded here.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,11 @@ import time
 from types import FrameType
 from typing import Any
 
-from eagle3_top.tracer.events import SourceId
 from eagle3_top.tracer.publisher import EndpointError, Publisher
+from eagle3_top.tracer.schema import SourceId
+from eagle3_top.tracer.tracer import Tracer
 
-from .attach import Tracer
-from .toy.spec_args import add_toy_arguments, engine_from_args
+from .toy.spec_args import add_toy_arguments, spec_args_from_ns
 from .toy_tracing import attach_toy
 
 
@@ -59,6 +63,23 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
     return p
 
 
+def engine_from_args(ns: argparse.Namespace) -> Any:
+    """The engine the flags ask for (imports torch)."""
+    from .toy.engine import ToyEagle3Engine
+
+    return ToyEagle3Engine(
+        target_path=ns.model_path,
+        draft_path=ns.speculative_draft_model_path,
+        spec=spec_args_from_ns(ns),
+        batch_size=ns.batch_size,
+        max_new_tokens=ns.max_new_tokens,
+        prompt_len=ns.prompt_len,
+        num_prompts=getattr(ns, "num_prompts", None),
+        seed=ns.seed,
+        max_steps=getattr(ns, "max_steps", None),
+    )
+
+
 def show_paths() -> None:
     from .toy import paths
 
@@ -74,10 +95,17 @@ def show_paths() -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    if argv and argv[0] == "gen-data":
-        from .toy.gendata import main as gendata_main
+NEEDS_TORCH = "the built-in engine needs torch: {} (pip install 'eagle3-top[torch]')"
 
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "gen-data":
+        try:
+            from .toy.gendata import main as gendata_main
+        except ImportError as exc:
+            print(f"eagle3-top toy: {NEEDS_TORCH.format(exc)}", file=sys.stderr)
+            return 2
         return gendata_main(argv[1:])
     ns = build_parser().parse_args(argv)
     if ns.show_paths:
@@ -85,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         engine = engine_from_args(ns)
+    except ImportError as exc:
+        print(f"eagle3-top toy: {NEEDS_TORCH.format(exc)}", file=sys.stderr)
+        return 2
     except (ValueError, OSError) as exc:
         print(f"eagle3-top toy: {exc}", file=sys.stderr)
         return 2
@@ -179,3 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

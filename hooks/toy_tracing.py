@@ -8,76 +8,36 @@ ids the engine really read, the width ``fc`` expects.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from eagle3_top.tracer import __version__
-from eagle3_top.tracer.layers import LLAMA_CONVENTION, canonical_slots, captured_input_layers
-from eagle3_top.tracer.manifest import d2t_summary, draft_layer_ids
-
-from .attach import Tracer
-
-
-def _draft_config_as_written(draft_path: str) -> dict[str, Any]:
-    try:
-        with open(os.path.join(draft_path, "config.json")) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
+from eagle3_top.tracer.schema import Hello, Rewrite, SpecConfig
+from eagle3_top.tracer.tracer import Tracer
+from eagle3_top.tracer.wiring import SpecReport, wiring_report
 
 
-def toy_hello(engine: Any) -> dict[str, Any]:
+def _spec(args: Any) -> SpecConfig:
+    return SpecConfig(args.algorithm, args.num_steps, args.topk, args.num_draft_tokens)
+
+
+def toy_hello(engine: Any) -> Hello:
+    """The hello of the built-in engine, read from its live objects like SGLang's."""
     sa = engine.server_args
-    dcfg = _draft_config_as_written(sa.speculative_draft_model_path)
-    declared, where = draft_layer_ids(dcfg)
-    hot = engine.draft.hot_token_id.detach().cpu().numpy()
-    tcfg = engine.target.config
-    n_layers, hidden = tcfg.num_hidden_layers, tcfg.hidden_size
-    if engine.use_aux_hidden_state:
-        native = list(engine.target.model.layers_to_capture)
-        slots = len(captured_input_layers(native, n_layers))
-        canonical = canonical_slots(native, n_layers)
-    else:
-        native, canonical, slots = [], [], 0
-    return {
-        "engine": {"name": "toy", "version": __version__},
-        "model": {
-            "target_path": sa.model_path,
-            "draft_path": sa.speculative_draft_model_path,
-            "arch": "LlamaForCausalLM",
-            "num_layers": n_layers,
-            "hidden_size": hidden,
-            "vocab_size": tcfg.vocab_size,
-            "dtype": "float32",
-            "draft_arch": "LlamaForCausalLMEagle3",
-            "draft_vocab_size": engine.draft.config.draft_vocab_size,
-        },
-        "tp": {"rank": 0, "size": 1},
-        "spec": {
-            "requested": sa.requested.to_dict(),
-            "effective": sa.effective.to_dict(),
-            "rewrites": list(sa.rewrites),
-        },
-        "vocab": d2t_summary(hot - np.arange(hot.shape[0]), tcfg.vocab_size),
-        "aux": {
-            "eagle_config": dcfg.get("eagle_config"),
-            "declared_ids": declared,
-            "ids_location": where,
-            "ids_read": engine.spec_aux_ids,
-            "use_aux_hidden_state": engine.use_aux_hidden_state,
-            "capture_native": native,
-            "capture_canonical": canonical,
-            "convention": LLAMA_CONVENTION,
-            "slots": slots,
-            "width": slots * hidden if slots else hidden,
-            "expected_width": engine.draft.model.fc.in_features,
-        },
-    }
+    rewrites = tuple(r for r in map(Rewrite.from_body, sa.rewrites) if r is not None)
+    return wiring_report(
+        engine="toy",
+        engine_version=__version__,
+        target_model=engine.target,
+        draft_model=engine.draft,
+        target_path=sa.model_path,
+        draft_path=sa.speculative_draft_model_path,
+        target_arch="LlamaForCausalLM",
+        spec=SpecReport(_spec(sa.requested), _spec(sa.effective), rewrites),
+        use_aux_hidden_state=engine.use_aux_hidden_state,
+        ids_read=engine.spec_aux_ids,
+    )
 
 
 def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:

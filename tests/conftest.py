@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import zmq
-from eagle3_top.tracer.events import Event, SourceId
 from eagle3_top.tracer.publisher import MemoryPublisher, Publisher
+from eagle3_top.tracer.schema import Event, SourceId
 from eagle3_top.tracer.subscriber import Subscriber
 
 

@@ -1,4 +1,4 @@
-"""SGLang's real classes on a CPU-only machine (DESIGN.md §8), for the sglang tests only.
+"""SGLang's real classes on a CPU-only machine, for the sglang tests only.
 
 SGLang imports GPU-only packages at module level (triton, sgl_kernel, flashinfer, ...). Nothing
 here runs their code; it only has to import. ``install_standins()`` puts a meta-path finder first
@@ -152,7 +152,7 @@ def install_standins() -> StandInFinder:
 
 def init_process_group(world_size: int = 1, rank: int = 0) -> None:
     """A gloo world of ``world_size`` CPU processes, one tensor-parallel group over all of them, with
-    SGLang's parallel context published (DESIGN.md §8). Every rank calls it with the same
+    SGLang's parallel context published. Every rank calls it with the same
     ``MASTER_PORT``.
 
     The context is published first: ``reset_context()`` would wipe the WORLD group that
@@ -268,3 +268,43 @@ def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, ti
     Raises AssertionError with the child's stderr when it exits non-zero.
     """
     return start_sglang_subprocess(body, env=env).finish(timeout)
+
+
+# -- scenario children: a test module's ``child_*`` function, run in a child, its result as JSON ------
+
+MARK = "@@E3T-RESULT@@"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child_body(module: str, func: str) -> str:
+    return f"""
+import json, {module} as t
+out = t.{func}()
+print({MARK!r} + json.dumps(out))
+"""
+
+
+def child_result(stdout: str) -> dict[str, Any]:
+    import json
+
+    for line in stdout.splitlines():
+        if line.startswith(MARK):
+            result: dict[str, Any] = json.loads(line[len(MARK) :])
+            return result
+    raise AssertionError(f"child printed no result:\n{stdout[-3000:]}")
+
+
+def start_child(module: str, func: str, env: dict[str, str] | None = None) -> Child:
+    """Start ``module.func()`` in a child with the stand-ins; ``child_result(child.finish())`` reads it."""
+    return start_sglang_subprocess(_child_body(module, func), env=env)
+
+
+def run_child(module: str, func: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    return child_result(start_child(module, func, env).finish(timeout=240))

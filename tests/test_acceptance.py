@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from eagle3_top.tracer.acceptance import AcceptanceStats
+from eagle3_top.tracer.analysis.acceptance import AcceptanceStats
 
 
 def test_known_counts() -> None:

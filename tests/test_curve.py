@@ -7,8 +7,8 @@ import time
 import zmq
 from conftest import collect
 from eagle3_top.tracer import curve
-from eagle3_top.tracer.events import STEP, SourceId
 from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.schema import STEP, Hello, SourceId
 from eagle3_top.tracer.subscriber import Subscriber
 
 
@@ -28,7 +28,7 @@ def test_only_authorised_clients_receive(tmp_path) -> None:
     mallory = Subscriber([pub.bound_endpoint], curve=curve.client(server_pub, mallory_sec))
     plain = Subscriber([pub.bound_endpoint])
     try:
-        pub.set_hello({"engine": {"name": "test"}})
+        pub.set_hello(Hello(engine="test"))
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not any(e.kind == STEP for e in alice.poll(50)):
             pub.publish(STEP, {"step": 0})

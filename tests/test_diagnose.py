@@ -6,14 +6,11 @@ import copy
 
 import numpy as np
 import pytest
-from eagle3_top.tracer.diagnose import (
-    MIN_AUX_ROWS,
-    SourceEvidence,
-    diagnose,
-    has_errors,
-)
-from eagle3_top.tracer.events import AUX, HELLO, STEP, Event, step_body
-from eagle3_top.tracer.manifest import Manifest
+from eagle3_top.tracer.analysis.diagnose import MIN_AUX_ROWS, diagnose
+from eagle3_top.tracer.analysis.evidence import EvidenceBook, SourceEvidence
+from eagle3_top.tracer.analysis.findings import has_errors
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.schema import AUX, HELLO, STEP, Event, step_body
 
 REF_RMS = [0.06, 4.0, 15.0]
 RNG = np.random.default_rng(11)
@@ -38,7 +35,7 @@ def _manifest(**over) -> Manifest:
         },
     }
     data.update(over)
-    return Manifest("m.json", data)
+    return Manifest.from_json(data, "m.json")
 
 
 HEALTHY_HELLO = {
@@ -70,12 +67,11 @@ HEALTHY_HELLO = {
 def _evidence(
     hello: dict, rms=REF_RMS, sketch=REF_SKETCH, accepted_p=(0.8, 0.75, 0.7), steps=40
 ) -> SourceEvidence:
-    ev = SourceEvidence("h:1:r0")
+    events = [Event(HELLO, "h:1:r0", 0, 1.0, copy.deepcopy(hello))]
     seq = 0
-    ev.add(Event(HELLO, "h:1:r0", seq, 1.0, copy.deepcopy(hello)))
     for _ in range(3):
         seq += 1
-        ev.add(
+        events.append(
             Event(
                 AUX,
                 "h:1:r0",
@@ -102,12 +98,22 @@ def _evidence(
             step=i,
             rids=[f"r{j}" for j in range(8)],
             draft=RNG.integers(1, 256, (8, 4)),
-            accepted=acc,
+            accept_lens=acc + 1,
             tokens=RNG.integers(1, 256, int(acc.sum()) + 8),
         )
         seq += 1
-        ev.add(Event(STEP, "h:1:r0", seq, 1.0 + i * 0.01, body))
-    return ev
+        events.append(Event(STEP, "h:1:r0", seq, 1.0 + i * 0.01, body))
+    return _ingest(events)
+
+
+def _ingest(events: list[Event]) -> SourceEvidence:
+    book = EvidenceBook()
+    assert book.ingest(events, 1.0, _no_malformed) == len(events)
+    return book.sources["h:1:r0"]
+
+
+def _no_malformed(reason: str) -> None:
+    raise AssertionError(reason)
 
 
 def codes(findings) -> set[str]:
@@ -179,23 +185,24 @@ def test_flag_rewrite_and_algorithm() -> None:
 
 def test_statistics_wait_for_evidence() -> None:
     hello = copy.deepcopy(HEALTHY_HELLO)
-    ev = SourceEvidence("h:1:r0")
-    ev.add(Event(HELLO, "h:1:r0", 0, 1.0, hello))
-    ev.add(
-        Event(
-            AUX,
-            "h:1:r0",
-            1,
-            1.0,
-            {
-                "rows": 10,
-                "slots": 3,
-                "rms": [9, 9, 9],
-                "mean": [0] * 3,
-                "absmax": [1] * 3,
-                "sketch": REF_SKETCH,
-            },
-        )
+    ev = _ingest(
+        [
+            Event(HELLO, "h:1:r0", 0, 1.0, hello),
+            Event(
+                AUX,
+                "h:1:r0",
+                1,
+                1.0,
+                {
+                    "rows": 10,
+                    "slots": 3,
+                    "rms": [9, 9, 9],
+                    "mean": [0] * 3,
+                    "absmax": [1] * 3,
+                    "sketch": REF_SKETCH,
+                },
+            ),
+        ]
     )
     assert diagnose(ev, _manifest()) == []  # 10 rows: not enough to call drift
 

@@ -32,6 +32,9 @@ def _wait_for(session: str, pattern: str, timeout: float) -> str:
     raise AssertionError(f"{pattern!r} not on screen after {timeout}s:\n{screen}")
 
 
+ENGINE = "eagle3_top.hooks.toy_main"
+
+
 def _engines_of(pid_tag: str) -> list[str]:
     out = subprocess.run(["pgrep", "-f", pid_tag], capture_output=True, text=True).stdout
     return out.split()
@@ -57,14 +60,13 @@ def test_demo_shows_the_bug_next_to_the_healthy_engine_and_quits_cleanly() -> No
             time.sleep(1.5)
         screen = _screen(session)
         assert "LAYER_MAP_MISMATCH" in screen and "LAYER" in screen, screen
-        demo_pids = _engines_of(f"{sys.executable} -m eagle3_top.tui.cli toy --publish")
+        # the engines are processes of their own, started by module name (never imported by the monitor)
+        demo_pids = _engines_of(f"{sys.executable} -m {ENGINE} --publish")
         assert len(demo_pids) >= 2
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(
-            p in _engines_of("eagle3_top.tui.cli toy") for p in demo_pids
-        ):
+        while time.monotonic() < deadline and any(p in _engines_of(ENGINE) for p in demo_pids):
             time.sleep(0.3)
-        assert not any(p in _engines_of("eagle3_top.tui.cli toy") for p in demo_pids), "engines left running"
+        assert not any(p in _engines_of(ENGINE) for p in demo_pids), "engines left running"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -23,20 +23,20 @@ def test_per_slot_statistics_match_direct_computation() -> None:
     x = _aux()
     fp = fingerprint_now(x, 3)
     x3 = x.view(x.shape[0], 3, -1).double()
-    np.testing.assert_allclose(fp["mean"], x3.mean((0, 2)).numpy(), rtol=1e-5)
-    np.testing.assert_allclose(fp["std"], x3.std((0, 2), unbiased=False).numpy(), rtol=1e-4)
-    np.testing.assert_allclose(fp["rms"], x3.pow(2).mean((0, 2)).sqrt().numpy(), rtol=1e-5)
-    np.testing.assert_allclose(fp["absmax"], x3.abs().amax((0, 2)).numpy(), rtol=1e-6)
-    assert fp["rows"] == 41 and fp["slots"] == 3 and fp["slot_width"] == 64
-    assert np.array(fp["sketch"]).shape == (3, SKETCH_DIM)
+    np.testing.assert_allclose(fp.mean, x3.mean((0, 2)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(fp.std, x3.std((0, 2), unbiased=False).numpy(), rtol=1e-4)
+    np.testing.assert_allclose(fp.rms, x3.pow(2).mean((0, 2)).sqrt().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(fp.absmax, x3.abs().amax((0, 2)).numpy(), rtol=1e-6)
+    assert fp.rows == 41 and fp.slots == 3 and fp.slot_width == 64
+    assert np.array(fp.sketch).shape == (3, SKETCH_DIM)
 
 
 def test_sketch_tells_slots_apart_and_is_stable_across_calls() -> None:
     x = _aux()
     a, b = fingerprint_now(x, 3), fingerprint_now(x[:20], 3)
-    assert sketch_cosine(a["sketch"][1], b["sketch"][1]) > 0.95
+    assert sketch_cosine(a.sketch[1], b.sketch[1]) > 0.95
     # slot 1 against slot 2 (another layer's direction): unrelated
-    assert abs(sketch_cosine(a["sketch"][1], a["sketch"][2])) < 0.6
+    assert abs(sketch_cosine(a.sketch[1], a.sketch[2])) < 0.6
     np.testing.assert_array_equal(sketch_matrix(64), sketch_matrix(64))
 
 
@@ -46,16 +46,16 @@ def test_non_finite_rows_are_counted_and_do_not_blank_the_rest() -> None:
     x[4, 70] = float("nan")  # slot 1
     x[9, 150] = float("inf")  # slot 2
     fp = fingerprint_now(x, 3)
-    assert fp["nan"] == [0, 1, 0]
-    assert fp["inf"] == [0, 0, 1]
-    assert all(np.isfinite(fp["mean"])) and all(np.isfinite(fp["absmax"]))
-    assert fp["mean"][0] == pytest.approx(clean["mean"][0])
+    assert fp.nan == (0, 1, 0)
+    assert fp.inf == (0, 0, 1)
+    assert all(np.isfinite(fp.mean)) and all(np.isfinite(fp.absmax))
+    assert fp.mean[0] == pytest.approx(clean.mean[0])
 
 
 def test_bf16_input_accumulates_in_fp32() -> None:
     x = _aux()
     a, b = fingerprint_now(x, 3), fingerprint_now(x.to(torch.bfloat16), 3)
-    np.testing.assert_allclose(a["rms"], b["rms"], rtol=1e-2)
+    np.testing.assert_allclose(a.rms, b.rms, rtol=1e-2)
 
 
 def test_width_not_divisible_is_a_clear_error() -> None:
@@ -77,7 +77,7 @@ def test_cuda_path_adds_no_host_sync() -> None:
         torch.cuda.set_sync_debug_mode(0)
     fp = pending.resolve()
     ref = fingerprint_now(x.float().cpu(), 3)
-    np.testing.assert_allclose(fp["rms"], ref["rms"], rtol=1e-2)
+    np.testing.assert_allclose(fp.rms, ref.rms, rtol=1e-2)
 
 
 @pytest.mark.gpu
@@ -121,6 +121,6 @@ def test_large_gpu_batches_are_fingerprinted_on_strided_rows() -> None:
     x = _aux(rows=1024).cuda()
     fp = fingerprint_now(x, 3)
     step = 1024 // MAX_DEVICE_ROWS
-    assert fp["rows"] == MAX_DEVICE_ROWS and fp["rows_total"] == 1024
+    assert fp.rows == MAX_DEVICE_ROWS and fp.rows_total == 1024
     ref = fingerprint_now(x[::step].cpu(), 3)
-    np.testing.assert_allclose(fp["rms"], ref["rms"], rtol=1e-3)
+    np.testing.assert_allclose(fp.rms, ref.rms, rtol=1e-3)

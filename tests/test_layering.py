@@ -1,7 +1,12 @@
-"""Import direction (DESIGN.md §2), checked in fresh interpreters."""
+"""The import direction (docs/architecture.md), checked at run time in fresh interpreters.
+
+The same rules are lint contracts (``lint-imports``, pyproject.toml); these tests see what really gets
+loaded, module-level and lazy imports alike, including what third-party packages pull in.
+"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -22,9 +27,9 @@ print(",".join(bad))
 @pytest.mark.parametrize(
     "pkg, banned, skip",
     [
-        ("tracer", ["textual", "sglang", "torch"], []),
-        ("tui", ["torch", "sglang"], []),
-        ("hooks", ["textual"], ["sglang"]),
+        ("tracer", ["textual", "rich", "sglang", "torch"], []),
+        ("tui", ["torch", "sglang", "eagle3_top.hooks"], []),
+        ("hooks", ["textual", "eagle3_top.tui", "eagle3_top.tracer.analysis"], ["sglang"]),
     ],
 )
 def test_package_does_not_import(pkg: str, banned: list[str], skip: list[str]) -> None:
@@ -35,3 +40,60 @@ def test_package_does_not_import(pkg: str, banned: list[str], skip: list[str]) -
         check=True,
     )
     assert out.stdout.strip() == "", f"eagle3_top.{pkg} imports {out.stdout.strip()}"
+
+
+# Everything the serving process loads once the tracer is on (the SGLang plugin after start-up, or
+# the built-in engine with its tracer), and what it must never load.
+IN_SERVER = [
+    "eagle3_top.hooks.sglang.plugin",
+    "eagle3_top.hooks.sglang.launch",
+    "eagle3_top.hooks.sglang.wiring",
+    "eagle3_top.hooks.sglang.verify",
+    "eagle3_top.hooks.sglang.probe",
+    "eagle3_top.hooks.toy_tracing",
+    "eagle3_top.tracer.tracer",
+    "eagle3_top.tracer.curve",
+]
+NEVER_IN_SERVER = re.compile(
+    r"^(eagle3_top\.tracer\.analysis|eagle3_top\.tracer\.subscriber|eagle3_top\.tui|textual|rich"
+    r"|urllib\.request|http\.client|concurrent\.futures|asyncio)(\.|$)"
+)
+
+CLOSURE = """
+import sys
+before = set(sys.modules)
+import {modules}
+print("\\n".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_serving_process_loads_nothing_of_the_analysis() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", CLOSURE.format(modules=", ".join(IN_SERVER))],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "eagle3_top.tracer.publisher" in out and "eagle3_top.tracer.schema" in out
+    loaded = [m for m in out if NEVER_IN_SERVER.match(m)]
+    assert not loaded, f"the in-server modules load {loaded}"
+
+
+def _importtime(code: str) -> set[str]:
+    err = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True
+    ).stderr
+    return {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")}
+
+
+def test_plugin_import_adds_no_analysis_and_no_http_client() -> None:
+    """What SGLang's plugin loader imports in every process it starts: the plugin module alone. The
+    interpreter's own start-up (``site``) may load ``urllib.parse`` through pathlib; what matters is
+    what importing the plugin adds."""
+    baseline = _importtime("pass")
+    added = _importtime("import eagle3_top.hooks.sglang.plugin") - baseline
+    assert "eagle3_top.hooks.sglang.plugin" in added
+    for name in added:
+        assert not re.search(
+            r"manifest|diagnose|probe|trainfiles|evidence|urllib|concurrent|numpy|zmq", name
+        ), name

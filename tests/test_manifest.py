@@ -13,14 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest, write_manifest  # noqa: E402
+from eagle3_top.tracer.analysis.manifest_build import build_manifest  # noqa: E402
+from eagle3_top.tracer.analysis.trainfiles import TrainFileError, load_sample  # noqa: E402
 from eagle3_top.tracer.fingerprint import fingerprint_now  # noqa: E402
-from eagle3_top.tracer.manifest import (  # noqa: E402
-    ManifestError,
-    build_manifest,
-    load_manifest,
-    write_manifest,
-)
-from eagle3_top.tracer.trainfiles import TrainFileError, load_sample  # noqa: E402
 
 H = 32
 SCALES = (0.05, 3.0, 12.0)
@@ -103,18 +99,16 @@ def test_specforge_files_give_reference_fingerprints_and_probes(tmp_path) -> Non
         target_config=_target_cfg(tmp_path),
         metrics=str(metrics),
     )
-    assert m["aux"]["concat_order"] == [-1, 2, 5]
-    assert m["aux"]["slots"] == 3 and m["aux"]["slot_width"] == H
-    assert m["reference"]["files"] == 6 and m["reference"]["tokens"] == 6 * 20  # padding dropped
+    assert m.aux.concat_order == [-1, 2, 5]
+    assert m.aux.slots == 3 and m.aux.slot_width == H
+    assert m.reference.files == 6 and m.reference.tokens == 6 * 20  # padding dropped
     direct = fingerprint_now(torch.cat(auxes), 3)
-    np.testing.assert_allclose(m["reference"]["fingerprint"]["rms"], direct["rms"], rtol=1e-5)
-    np.testing.assert_allclose(
-        m["reference"]["fingerprint"]["sketch"], direct["sketch"], rtol=1e-4, atol=1e-6
-    )
-    assert len(m["probes"]) == 4 and len(m["probes"][0]["input_ids"]) == 20
-    assert m["training"]["acc"] == [0.8, 0.6, 0.5]
-    assert m["training"]["simulated_acc_len"] == pytest.approx(0.8 + 0.48 + 0.24)
-    assert m["vocab"]["size"] == 48 and m["vocab"]["max_target"] < 64
+    np.testing.assert_allclose(m.reference.fingerprint.rms, direct.rms, rtol=1e-5)
+    np.testing.assert_allclose(m.reference.fingerprint.sketch, direct.sketch, rtol=1e-4, atol=1e-6)
+    assert len(m.probes) == 4 and len(m.probes[0].input_ids) == 20
+    assert m.training.acc == [0.8, 0.6, 0.5]
+    assert m.training.simulated_acc_len == pytest.approx(0.8 + 0.48 + 0.24)
+    assert m.vocab.size == 48 and m.vocab.max_target < 64
     out = tmp_path / "m.json"
     write_manifest(m, str(out))
     assert load_manifest(str(out)).concat_order == [-1, 2, 5]
@@ -132,10 +126,8 @@ def test_gzip_and_legacy_formats(tmp_path) -> None:
         {"input_ids": torch.randint(1, 64, (10,)), "hidden_states": list(aux.split(H, -1))}, legacy / "s0.pt"
     )
     m = build_manifest(draft_dir=_draft_dir(tmp_path), data=str(legacy))
-    assert m["reference"]["tokens"] == 10
-    np.testing.assert_allclose(
-        m["reference"]["fingerprint"]["rms"], fingerprint_now(aux, 3)["rms"], rtol=1e-5
-    )
+    assert m.reference.tokens == 10
+    np.testing.assert_allclose(m.reference.fingerprint.rms, fingerprint_now(aux, 3).rms, rtol=1e-5)
 
 
 def test_ids_missing_falls_back_to_specforge_default_with_target_config(tmp_path) -> None:
@@ -145,7 +137,7 @@ def test_ids_missing_falls_back_to_specforge_default_with_target_config(tmp_path
     data = tmp_path / "hs"
     _write_specforge(data, n=1)
     m = build_manifest(draft_dir=str(draft), data=str(data), target_config=_target_cfg(tmp_path))
-    assert m["aux"]["layer_ids"] == [1, 3, 4] and m["aux"]["ids_source"] == "specforge_default"
+    assert m.aux.layer_ids == [1, 3, 4] and m.aux.ids_source == "specforge_default"
     with pytest.raises(ManifestError, match="no eagle_aux_hidden_state_layer_ids"):
         build_manifest(draft_dir=str(draft), data=str(data))
 

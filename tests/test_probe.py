@@ -17,18 +17,19 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from eagle3_top.tracer.events import PROBE, SourceId, decode, encode
-from eagle3_top.tracer.manifest import load_manifest, unpack_rows
-from eagle3_top.tracer.probe import (
+from eagle3_top.tracer.analysis.manifest import load_manifest
+from eagle3_top.tracer.analysis.probe_compare import compare, mapping_text, similarity_matrix, slot_mapping
+from eagle3_top.tracer.analysis.probe_run import probe_rid
+from eagle3_top.tracer.schema import (
+    PROBE,
     PROBE_MARKER,
-    compare,
-    decode_probe,
+    Hello,
+    SourceId,
+    decode,
+    encode,
     is_probe_rid,
-    mapping_text,
     probe_body,
-    probe_rid,
-    similarity_matrix,
-    slot_mapping,
+    probe_view,
 )
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
@@ -78,7 +79,7 @@ def test_probe_body_roundtrip_and_compare_with_offset() -> None:
     # a radix-cache hit: only positions 5.. were computed
     body = probe_body(rid=rid, rows=trained[5:], slots=3, slot_width=W, offset=5, input_ids=ids[5:])
     ev = decode(encode(PROBE, "h:1:r0", 0, 0.0, body))
-    rows = decode_probe(ev.body)
+    rows = probe_view(ev.body)
     assert (rows.rid, rows.offset, rows.rows, rows.slots, rows.slot_width) == (rid, 5, 15, 3, W)
     c = compare(rows, ids, trained, W)
     assert c.ok and c.rows == 15 and min(c.diagonal) > 0.999  # float16 on the wire, float32 compare
@@ -89,8 +90,8 @@ def test_probe_body_roundtrip_and_compare_with_offset() -> None:
 
 def test_sglang_prefill_rows_are_segmented_per_request(recording_pub) -> None:
     torch = pytest.importorskip("torch")
-    from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.probe import make_around_prefill_extend
+    from eagle3_top.tracer.tracer import Tracer
 
     pub = recording_pub
     tracer = Tracer(pub)  # type: ignore[arg-type]
@@ -112,11 +113,11 @@ def test_sglang_prefill_rows_are_segmented_per_request(recording_pub) -> None:
     assert seen == [(9, 12)]  # the original ran, unchanged
     bodies = [b.resolve() for k, b in pub.events if k == PROBE]  # type: ignore[attr-defined]
     assert [b["rid"] for b in bodies] == ["e3t-probe-0-x", "e3t-probe-1-y"]
-    first = decode_probe(bodies[0])
+    first = probe_view(bodies[0])
     assert (first.offset, first.rows, first.slots, first.slot_width) == (4, 3, 3, 4)
     assert first.input_ids.tolist() == [5, 4, 3]
     np.testing.assert_allclose(first.aux, hidden[4:7].numpy())
-    assert decode_probe(bodies[1]).input_ids.tolist() == [5, 6]
+    assert probe_view(bodies[1]).input_ids.tolist() == [5, 6]
     assert pub.hook_errors == 0, pub.last_error
 
 
@@ -372,14 +373,14 @@ async def test_probe_panel_shows_matrix_and_verdict(manifest) -> None:
 
     man = load_manifest(manifest)
     p = man.probes[0]
-    rows = unpack_rows(p["aux_rows"])
+    rows = p.rows
     hello = {
         "engine": {"name": "toy", "version": "test"},
         "model": {"arch": "LlamaForCausalLM", "num_layers": 8, "hidden_size": 128},
         "aux": {"capture_canonical": [-1, 2, 5], "slots": 3, "width": 384, "expected_width": 384},
     }
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="toy"), hello_interval_s=0.1)
-    pub.set_hello(hello)
+    pub.set_hello(Hello.from_body(hello))
     app = Eagle3TopApp([pub.bound_endpoint], refresh_hz=20, manifest=man)
     try:
         async with app.run_test(size=(100, 30)) as pilot:
@@ -396,7 +397,7 @@ async def test_probe_panel_shows_matrix_and_verdict(manifest) -> None:
                     slots=3,
                     slot_width=128,
                     offset=0,
-                    input_ids=p["input_ids"],
+                    input_ids=p.input_ids,
                 ),
             )
             await wait_until(pilot, lambda: "MISMATCH" in screen_text(app), what="mismatch verdict")
@@ -404,7 +405,7 @@ async def test_probe_panel_shows_matrix_and_verdict(manifest) -> None:
             pub.publish(
                 PROBE,
                 probe_body(
-                    rid=probe_rid(0), rows=rows, slots=3, slot_width=128, offset=0, input_ids=p["input_ids"]
+                    rid=probe_rid(0), rows=rows, slots=3, slot_width=128, offset=0, input_ids=p.input_ids
                 ),
             )
             await wait_until(pilot, lambda: "ok: slots match" in screen_text(app), what="ok verdict")

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import collect, wait_connected
-from eagle3_top.hooks.sglang import layers_native as ln
 from eagle3_top.hooks.sglang.launch import split_own_args
 from eagle3_top.hooks.sglang.plugin import endpoint_for_rank, version_supported
-from eagle3_top.hooks.sglang.wiring import spec_report
+from eagle3_top.hooks.sglang.spec_flags import spec_report
+from eagle3_top.tracer.schema import SpecConfig
 
 
 def test_adapter_modules_import_without_sglang() -> None:
@@ -56,48 +56,6 @@ def test_launcher_strips_its_own_flag() -> None:
     assert split_own_args(["--tp", "2"]) == (["--tp", "2"], None)
 
 
-def test_native_rules_per_family() -> None:
-    n = 8
-    assert ln.native_from_ids(ln.LLAMA, None, n) == [2, 4, 5]
-    assert ln.native_from_ids(ln.LLAMA, [-1, 2, 5], n) == [0, 3, 6]
-    assert ln.native_from_ids(ln.DEEPSEEK, [1, 3, 5], n) == [2, 4, 6]
-    assert ln.native_from_ids(ln.DEEPSEEK, [2, 4, 6], n) == [2, 4, 6]
-    assert ln.native_from_ids(ln.GPT_OSS, [0, 3, 8], n) == [0, 3, 8]
-    assert ln.native_from_ids(ln.GPT_OSS, [0, 3, 7], n) == [1, 4, 8]
-    assert ln.family_of(None, "DeepseekV3ForCausalLM") == ln.DEEPSEEK
-    assert ln.family_of(None, "KimiK25ForConditionalGeneration") == ln.DEEPSEEK
-    assert ln.family_of(None, "Qwen3ForCausalLM") == ln.LLAMA
-
-
-def test_canonical_from_native() -> None:
-    n = 8
-    assert ln.canonical_from_native(ln.LLAMA, [4, 1, 3], n) == [0, 2, 3]  # ascending
-    assert ln.canonical_from_native(ln.LLAMA, [3, 3, 4], n) == [2, 3]  # once
-    assert ln.canonical_from_native(ln.LLAMA, [1, 3, 8], n) == [0, 2]  # never reached
-    assert ln.canonical_from_native(ln.GPT_OSS, [0, 3, 8], n) == [-1, 2, 7]  # boundary n
-    assert ln.capture_failure(ln.DEEPSEEK, [-1, 2, 5], n) is not None
-    assert ln.capture_failure(ln.LLAMA, [-1, 2, 5], n) is None
-
-
-def test_live_capture_reads_lists_and_flags() -> None:
-    layers = [SimpleNamespace() for _ in range(6)]
-    for i in (4, 1):
-        layers[i]._is_layer_to_capture = True
-    flagged = SimpleNamespace(model=SimpleNamespace(layers=layers), capture_aux_hidden_states=True)
-    assert ln.live_capture(flagged) == {
-        "native": [1, 4],
-        "source": "_is_layer_to_capture",
-        "capture_aux": True,
-    }
-    listed = SimpleNamespace(
-        model=SimpleNamespace(layers=layers, layers_to_capture=[5, 2]), capture_aux_hidden_states=True
-    )
-    assert ln.live_capture(listed)["native"] == [5, 2]
-    vl = SimpleNamespace(language_model=listed)  # multimodal wrappers delegate
-    assert ln.live_capture(vl)["native"] == [5, 2]
-    assert ln.live_capture(SimpleNamespace())["native"] is None
-
-
 def test_spec_report_without_requested_values_reports_no_rewrites() -> None:
     sa = SimpleNamespace(
         speculative_algorithm="EAGLE3",
@@ -107,15 +65,11 @@ def test_spec_report_without_requested_values_reports_no_rewrites() -> None:
         max_running_requests=48,
     )
     rep = spec_report(sa, argv=[])
-    assert rep["requested_source"] == "unknown"
-    assert (
-        rep["requested"]
-        == rep["effective"]
-        == {"algorithm": "EAGLE3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
-    )
-    assert rep["rewrites"] == []
+    assert rep.requested_source == "unknown"
+    assert rep.requested == rep.effective == SpecConfig("EAGLE3", 3, 1, 4)
+    assert rep.rewrites == ()
     live = spec_report(sa, argv=[], live={"num_draft_tokens": 5})
-    assert live["effective"]["num_draft_tokens"] == 5
+    assert live.effective.num_draft_tokens == 5
 
 
 def _plain_verify(seed: int, accept_lens: list[int], rids: list[str]) -> tuple:
@@ -139,8 +93,8 @@ def _plain_verify(seed: int, accept_lens: list[int], rids: list[str]) -> tuple:
 
 
 def test_record_verify_on_plain_tensors(recording_pub) -> None:
-    from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.verify import record_verify
+    from eagle3_top.tracer.tracer import Tracer
 
     tracer = Tracer(recording_pub, aux_interval_s=0.0)  # type: ignore[arg-type]
     tracer.set_slot_width(2)
@@ -165,8 +119,8 @@ def test_record_verify_on_plain_tensors(recording_pub) -> None:
 def test_held_step_is_released_without_the_rows_sglang_skips(recording_pub) -> None:
     """The overlap tail row, on plain objects: the step waits on the result; the result-processing
     hook drops rows of requests that had already finished, and always runs SGLang's own code."""
-    from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.verify import STEP_ATTR, make_around_process_result, make_around_verify
+    from eagle3_top.tracer.tracer import Tracer
 
     tracer = Tracer(recording_pub)  # type: ignore[arg-type]
     around_verify = make_around_verify(lambda _w: tracer, hold=lambda: True)
@@ -207,8 +161,8 @@ def test_held_step_is_released_without_the_rows_sglang_skips(recording_pub) -> N
 
 
 def test_pause_file_stops_recording_without_a_restart(recording_pub, tmp_path) -> None:
-    from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.verify import make_around_verify
+    from eagle3_top.tracer.tracer import Tracer
 
     pause = tmp_path / "pause"
     tracer = Tracer(recording_pub, pause_file=str(pause))  # type: ignore[arg-type]
@@ -232,11 +186,11 @@ def test_repeated_hook_failures_switch_the_tracer_off_once(caplog) -> None:
     and the health events a monitor reads say ``disabled``."""
     import logging
 
-    from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.verify import make_around_verify
-    from eagle3_top.tracer.events import SourceId
     from eagle3_top.tracer.publisher import Publisher
+    from eagle3_top.tracer.schema import SourceId
     from eagle3_top.tracer.subscriber import Subscriber
+    from eagle3_top.tracer.tracer import Tracer
 
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="sglang"), health_interval_s=0.1)
     sub = Subscriber([pub.bound_endpoint])

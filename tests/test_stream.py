@@ -9,8 +9,18 @@ import numpy as np
 import pytest
 import zmq
 from conftest import collect, wait_connected
-from eagle3_top.tracer.events import HEALTH, HELLO, STEP, DecodeError, SourceId, decode, step_body, step_view
 from eagle3_top.tracer.publisher import EndpointError, Publisher, check_bind_endpoint
+from eagle3_top.tracer.schema import (
+    HEALTH,
+    HELLO,
+    STEP,
+    DecodeError,
+    Hello,
+    SourceId,
+    decode,
+    step_body,
+    step_view,
+)
 from eagle3_top.tracer.subscriber import Subscriber
 
 RNG = np.random.default_rng(7)
@@ -21,14 +31,18 @@ def _step(i: int, batch: int = 8, n: int = 4) -> tuple[dict, np.ndarray]:
     draft = RNG.integers(1, 256, (batch, n))
     tokens = RNG.integers(1, 256, int(accepted.sum()) + batch)
     return step_body(
-        step=i, rids=[f"req-{i}-{j}" for j in range(batch)], draft=draft, accepted=accepted, tokens=tokens
+        step=i,
+        rids=[f"req-{i}-{j}" for j in range(batch)],
+        draft=draft,
+        accept_lens=accepted + 1,
+        tokens=tokens,
     ), accepted
 
 
 def test_steps_arrive_in_order_without_gaps(publisher: Publisher) -> None:
     sub = Subscriber([publisher.bound_endpoint])
     wait_connected(sub)
-    publisher.set_hello({"engine": {"name": "test"}})
+    publisher.set_hello(Hello(engine="test"))
     sent = []
     for i in range(300):
         body, accepted = _step(i)

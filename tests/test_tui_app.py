@@ -13,8 +13,8 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from eagle3_top.tracer.events import STEP, SourceId, encode, step_body
 from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.schema import STEP, Hello, SourceId, encode, step_body
 from eagle3_top.tui.app import Eagle3TopApp
 from eagle3_top.tui.help_screen import HelpScreen
 
@@ -85,7 +85,7 @@ def publish_steps(pub: Publisher, accepted_rows: list[list[int]], n: int, seed: 
                 step=i,
                 rids=[f"req-{seed}-{j}" for j in range(b)],
                 draft=rng.integers(1, 32_000, (b, n)).astype(np.int32),
-                accepted=a,
+                accept_lens=a + 1,
                 tokens=rng.integers(1, 32_000, int(a.sum()) + b).astype(np.int32),
             ),
         )
@@ -101,7 +101,7 @@ def tui_pub() -> Iterator[Publisher]:
     pub = Publisher(
         "tcp://127.0.0.1:0", SourceId.local(engine="sglang"), hello_interval_s=0.1, health_interval_s=0.2
     )
-    pub.set_hello(HELLO)
+    pub.set_hello(Hello.from_body(HELLO))
     yield pub
     pub.close(0.5)
 
@@ -238,7 +238,7 @@ async def test_down_endpoint_shows_down_then_recovers():
             endpoint, SourceId.local(engine="sglang"), hello_interval_s=0.1, health_interval_s=0.1
         )
         try:
-            pub.set_hello(HELLO)
+            pub.set_hello(Hello.from_body(HELLO))
             await wait_until(pilot, shows(app, "connected"), what="reconnected")
             await wait_until(pilot, lambda: app.latest.sources and app.latest.sources[0].hellos, what="hello")
             await wait_until(pilot, shows(app, "live"), what="live row")
@@ -273,7 +273,7 @@ async def test_selecting_between_sources():
     ]
     try:
         for p in pubs:
-            p.set_hello(HELLO)
+            p.set_hello(Hello.from_body(HELLO))
         app = Eagle3TopApp([p.bound_endpoint for p in pubs], refresh_hz=20)
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: app.latest and len(app.latest.sources) == 2, what="2 sources")

@@ -1,4 +1,5 @@
-"""MonitorState: acceptance numbers, batched ingest, malformed steps, proposals, staleness, bounds."""
+"""The evidence book and the snapshots the monitor draws: acceptance numbers, batched ingest,
+malformed steps, proposals, staleness, bounds."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import time
 
 import numpy as np
 import pytest
-from eagle3_top.tracer.acceptance import AcceptanceStats
-from eagle3_top.tracer.events import HEALTH, HELLO, STEP, decode, encode, step_body
-from eagle3_top.tui.model import MonitorState
+from eagle3_top.tracer.analysis.acceptance import AcceptanceStats
+from eagle3_top.tracer.analysis.evidence import EvidenceBook
+from eagle3_top.tracer.schema import HEALTH, HELLO, STEP, decode, encode, step_body
+from eagle3_top.tui.snapshot import Snapshot, take_snapshot
 
 SRC = "hostA:123:r0"
 
@@ -24,19 +26,28 @@ def step_event(
     if tokens is None:
         tokens = rng.integers(1, 30_000, int(acc.sum()) + b).astype(np.int32)
     body = step_body(
-        step=seq, rids=[f"r{i}" for i in range(b)], draft=draft, accepted=acc, tokens=tokens, parents=parents
+        step=seq,
+        rids=[f"r{i}" for i in range(b)],
+        draft=draft,
+        accept_lens=acc + 1,
+        tokens=tokens,
+        parents=parents,
     )
     if body_patch:
         body.update(body_patch)
     return decode(encode(STEP, src, seq, time.time(), body))
 
 
+def snap(book: EvidenceBook, now: float, stale_after_s: float = 3.0) -> Snapshot:
+    return take_snapshot(book, {}, now, stale_after_s=stale_after_s)
+
+
 def test_conditional_vs_unconditional_per_position():
-    st = MonitorState()
+    st = EvidenceBook()
     # n = 4: three draft positions. accepted per request-step:
     acc = [0, 1, 2, 3, 3, 1]
     st.ingest([step_event(0, acc[:3], 4), step_event(1, acc[3:], 4)], now=1000.0)
-    s = st.snapshot(1000.5).sources[0].summary
+    s = snap(st, 1000.5).sources[0].summary
     # at least 1 accepted: 5 of 6; at least 2: 3; all 3: 2
     assert s.unconditional == pytest.approx([5 / 6, 3 / 6, 2 / 6])
     assert s.conditional == pytest.approx([5 / 6, 3 / 5, 2 / 3])
@@ -54,9 +65,9 @@ def test_batched_ingest_matches_one_add_per_step():
         acc = rng.integers(0, n, 16)
         evs.append(step_event(i, acc, n, rng=rng))
         ref.add(acc.astype(np.int32), n, 1000.0)
-    st = MonitorState()
+    st = EvidenceBook()
     assert st.ingest(evs, now=1000.0) == 300
-    got, want = st.snapshot(1000.2).sources[0].summary, ref.summary(1000.2)
+    got, want = snap(st, 1000.2).sources[0].summary, ref.summary(1000.2)
     assert got.verify_steps == want.verify_steps == 300
     assert got.request_steps == want.request_steps
     assert got.mean_accept_length == pytest.approx(want.mean_accept_length)
@@ -71,14 +82,14 @@ def test_malformed_steps_are_counted_once_and_good_ones_kept():
     out_of_range = step_event(3, [1, 7], 4)  # accepted >= n: caught by the group value check
     short_draft = step_event(4, [1, 1], 4, body_patch={"draft": b"\x00" * 12})  # caught per event
     wrong_tokens = step_event(5, [1, 1], 4, body_patch={"tokens": b"\x01\x00\x00\x00" * 3})
-    st = MonitorState()
+    st = EvidenceBook()
     used = st.ingest(
         [good[0], out_of_range, good[1], short_draft, wrong_tokens, good[2]], 1000.0, bad_reasons.append
     )
     assert used == 3
     assert st.step_errors == 3 and len(bad_reasons) == 3
     assert any("accepted" in r for r in bad_reasons) and any("draft" in r for r in bad_reasons)
-    src = st.snapshot(1000.1).sources[0]
+    src = snap(st, 1000.1).sources[0]
     assert src.steps == 3 and src.step_errors == 3
     assert src.summary.mean_accept_length == pytest.approx(2.5)
     assert src.proposals and src.proposals[0].accepted == 1  # latest valid step is shown
@@ -87,9 +98,9 @@ def test_malformed_steps_are_counted_once_and_good_ones_kept():
 def test_chain_proposals_accepted_prefix_and_bonus():
     draft = np.array([[5, 11, 12, 13, 14], [6, 21, 22, 23, 24]], dtype=np.int32)
     tokens = np.array([11, 12, 99, 77], dtype=np.int32)  # r0: 2 accepted + bonus 99; r1: bonus 77
-    st = MonitorState()
+    st = EvidenceBook()
     st.ingest([step_event(0, [2, 0], 5, draft=draft, tokens=tokens)], 1000.0)
-    rows = st.snapshot(1000.0).sources[0].proposals
+    rows = snap(st, 1000.0).sources[0].proposals
     assert rows[0].root == 5 and rows[0].proposals == (11, 12, 13, 14)
     assert rows[0].accepted_mask == (True, True, False, False) and rows[0].bonus == 99
     assert rows[1].accepted_mask == (False,) * 4 and rows[1].bonus == 77
@@ -100,25 +111,25 @@ def test_tree_proposals_follow_the_accepted_path():
     draft = np.array([[1, 10, 20, 30, 40]], dtype=np.int32)
     parents = np.array([[-1, 0, 0, 2, 1]], dtype=np.int32)
     tokens = np.array([20, 30, 55], dtype=np.int32)
-    st = MonitorState()
+    st = EvidenceBook()
     st.ingest([step_event(0, [2], 5, draft=draft, tokens=tokens, parents=parents)], 1000.0)
-    row = st.snapshot(1000.0).sources[0].proposals[0]
+    row = snap(st, 1000.0).sources[0].proposals[0]
     assert row.tree and row.accepted_mask == (False, True, True, False) and row.bonus == 55
 
 
 def test_hello_health_stale_and_identity():
-    st = MonitorState(stale_after_s=3.0)
+    st = EvidenceBook()
     hello = decode(encode(HELLO, SRC, 0, 1.0, {"engine": {"name": "sglang", "version": "0.5.23"}}))
     health = decode(encode(HEALTH, SRC, 1, 1.0, {"dropped": 4, "queue": 2}))
     st.ingest([hello, health], now=1000.0)
-    s = st.snapshot(1002.0).sources[0]
+    s = snap(st, 1002.0).sources[0]
     assert (s.host, s.pid, s.rank, s.engine) == ("hostA", "123", "r0", "sglang")
-    assert s.name == "hostA:123:r0 sglang" and s.health["dropped"] == 4 and not s.stale
-    assert st.snapshot(1003.5).sources[0].stale
+    assert s.name == "hostA:123:r0 sglang" and s.health.dropped == 4 and not s.stale
+    assert snap(st, 1003.5).sources[0].stale
 
 
 def test_memory_is_bounded():
-    st = MonitorState(max_sources=4)
+    st = EvidenceBook(max_sources=4)
     for i in range(10):
         st.ingest([step_event(i, [1] * 64, 16, src=f"h:{i}:r0")], now=1000.0 + i)
     assert len(st.sources) == 4 and st.dropped_sources == 6
@@ -140,18 +151,18 @@ def test_ingest_is_fast_enough():
                 step=i,
                 rids=[f"q{j}" for j in range(64)],
                 draft=rng.integers(1, 30_000, (64, 16)).astype(np.int32),
-                accepted=(acc := rng.integers(0, 16, 64).astype(np.int32)),
+                accept_lens=(acc := rng.integers(0, 16, 64).astype(np.int32)) + 1,
                 tokens=rng.integers(1, 30_000, int(acc.sum()) + 64).astype(np.int32),
             ),
         )
         for i in range(64)
     ] * 40
-    st = MonitorState()
+    st = EvidenceBook()
     t0 = time.perf_counter()
     for k in range(0, len(frames), 256):
         st.ingest([decode(f) for f in frames[k : k + 256]], now=1000.0)
     rate = len(frames) / (time.perf_counter() - t0)
-    assert st.snapshot(1000.0).sources[0].steps == len(frames)
+    assert snap(st, 1000.0).sources[0].steps == len(frames)
     assert rate > 5_000, rate  # ~40k/s on an idle core; generous for a loaded CI box
 
 
@@ -172,7 +183,7 @@ def test_widgets_render_any_hello_shape(hello):
     from eagle3_top.tui.proposals import render_proposals
     from eagle3_top.tui.spec_panel import render_spec
 
-    st = MonitorState()
+    st = EvidenceBook()
     st.ingest(
         [
             decode(encode(HELLO, SRC, 0, 1.0, hello)),
@@ -181,13 +192,13 @@ def test_widgets_render_any_hello_shape(hello):
         ],
         now=1000.0,
     )
-    snap = st.snapshot(1000.0)
-    src = snap.sources[0]
+    snapshot = snap(st, 1000.0)
+    src = snapshot.sources[0]
     for text in (
         render_spec(src, 48),
         render_positions(src, 48, 9),
         render_histogram(src, 48, 6),
         render_proposals(src, 100),
-        render_health(src, snap, 100),
+        render_health(src, snapshot, 100),
     ):
         assert text.plain

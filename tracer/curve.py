@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
+from typing import Any
 
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
-
-from .subscriber import CurveClient
 
 _auth_lock = threading.Lock()
-_authenticators: dict[int, ThreadAuthenticator] = {}
+_authenticators: dict[int, Any] = {}  # id(context) -> zmq.auth.thread.ThreadAuthenticator
+
+
+@dataclass
+class CurveClient:
+    """Keys for an authenticated, encrypted connection (ZeroMQ CURVE)."""
+
+    server_public: bytes
+    public: bytes
+    secret: bytes
 
 
 class KeyError_(ValueError):
@@ -59,6 +67,8 @@ def authorise_clients(context: zmq.Context, directory: str) -> None:
     """Start (once per context) a ZAP handler admitting the client certificates in ``directory``."""
     if not os.path.isdir(directory):
         raise KeyError_(f"{directory}: no such directory of client certificates")
+    from zmq.auth.thread import ThreadAuthenticator
+
     with _auth_lock:
         auth = _authenticators.get(id(context))
         if auth is None:

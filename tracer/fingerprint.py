@@ -14,12 +14,14 @@ so sketches from different runs and machines are comparable.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from .deferred import Deferred, HostCopy
+from .schema import Fingerprint
 
 SKETCH_DIM = 16
 MAX_DEVICE_ROWS = 128  # rows fingerprinted per call on a GPU; more are sampled with a stride
@@ -52,7 +54,7 @@ def _sketch_on(device: Any, width: int) -> Any:
 
 
 class PendingFingerprint(Deferred):
-    """Device-side reduction on its way to the host; resolves to the aux event fields."""
+    """Device-side reduction on its way to the host; resolves to a ``Fingerprint``."""
 
     __slots__ = ("_copy", "rows", "rows_total", "slots", "width")
 
@@ -66,15 +68,15 @@ class PendingFingerprint(Deferred):
     def raw(self) -> np.ndarray:
         return np.asarray(self._copy.resolve())
 
-    def resolve(self) -> dict[str, Any]:
-        fields = stats_to_fields(self.raw(), self.rows, self.slots, self.width)
-        if self.rows_total != self.rows:
-            fields["rows_total"] = self.rows_total  # the stats cover `rows` evenly strided rows
-        return fields
+    def resolve(self) -> Fingerprint:
+        # rows_total != rows: the stats cover `rows` evenly strided rows
+        return stats_to_fingerprint(self.raw(), self.rows, self.slots, self.width, self.rows_total)
 
 
-def stats_to_fields(stats: np.ndarray, rows: int, slots: int, width: int) -> dict[str, Any]:
-    """Turn raw per-slot sums ``[slots, 6 + SKETCH_DIM]`` into the aux event fields."""
+def stats_to_fingerprint(
+    stats: np.ndarray, rows: int, slots: int, width: int, rows_total: int | None = None
+) -> Fingerprint:
+    """Turn raw per-slot sums ``[slots, 6 + SKETCH_DIM]`` into a ``Fingerprint``."""
     stats = stats.astype(np.float64)
     finite_rows = np.maximum(rows - stats[:, _NAN] - stats[:, _INF], 0)
     denom = np.maximum(finite_rows, 1)
@@ -84,18 +86,19 @@ def stats_to_fields(stats: np.ndarray, rows: int, slots: int, width: int) -> dic
     std = np.sqrt(np.maximum(ms - mean**2, 0.0))
     absmax = np.where(finite_rows > 0, np.maximum(np.abs(stats[:, _MAX]), np.abs(stats[:, _MIN])), 0.0)
     sketch = stats[:, _NSTATS:] / denom[:, None]
-    return {
-        "rows": rows,
-        "slots": slots,
-        "slot_width": width,
-        "mean": mean.tolist(),
-        "std": std.tolist(),
-        "rms": rms.tolist(),
-        "absmax": absmax.tolist(),
-        "nan": stats[:, _NAN].astype(np.int64).tolist(),
-        "inf": stats[:, _INF].astype(np.int64).tolist(),
-        "sketch": sketch.tolist(),
-    }
+    return Fingerprint(
+        rows=rows,
+        slots=slots,
+        slot_width=width,
+        mean=tuple(mean.tolist()),
+        std=tuple(std.tolist()),
+        rms=tuple(rms.tolist()),
+        absmax=tuple(absmax.tolist()),
+        nan=tuple(stats[:, _NAN].astype(np.int64).tolist()),
+        inf=tuple(stats[:, _INF].astype(np.int64).tolist()),
+        sketch=tuple(tuple(r) for r in sketch.tolist()),
+        rows_total=rows_total if rows_total != rows else None,
+    )
 
 
 class FingerprintAccumulator:
@@ -124,10 +127,10 @@ class FingerprintAccumulator:
             r[:, _NSTATS:] += raw[:, _NSTATS:]
         self.rows += pending.rows
 
-    def fields(self) -> dict[str, Any]:
+    def fingerprint(self) -> Fingerprint:
         if self.raw is None:
             raise ValueError("no tensors were fingerprinted")
-        return stats_to_fields(self.raw, self.rows, self.slots, self.width)
+        return stats_to_fingerprint(self.raw, self.rows, self.slots, self.width)
 
 
 def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint:
@@ -241,12 +244,12 @@ def _raw_stats(x3: Any) -> Any:
     return stats
 
 
-def fingerprint_now(x: Any, slots: int) -> dict[str, Any]:
+def fingerprint_now(x: Any, slots: int) -> Fingerprint:
     """Synchronous convenience for offline use (manifest building, tests)."""
     return fingerprint(x, slots).resolve()
 
 
-def sketch_cosine(a: list[float], b: list[float]) -> float:
+def sketch_cosine(a: Sequence[float], b: Sequence[float]) -> float:
     va, vb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     den = float(np.linalg.norm(va) * np.linalg.norm(vb))
     return float(va @ vb / den) if den > 0 else 0.0

@@ -2,7 +2,7 @@
 
 ``raw_stats(x3, sketch)`` returns exactly the raw layout of ``fingerprint._raw_stats`` —
 ``[slots, 6 + SKETCH_DIM]`` fp32: sum and sum of squares over finite rows, max and min over finite
-rows, NaN rows, Inf rows, then the sketch of the row sum — so ``stats_to_fields`` and
+rows, NaN rows, Inf rows, then the sketch of the row sum — so ``stats_to_fingerprint`` and
 ``FingerprintAccumulator`` work unchanged. Every row it is given is read; ``fingerprint()`` hands it
 an evenly strided view of at most ``MAX_DEVICE_ROWS`` rows (``SAMPLED_CONFIG``).
 

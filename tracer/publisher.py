@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from .deferred import Deferred
-from .events import HEALTH, HELLO, SourceId, encode
+from .schema import HEALTH, HELLO, Health, Hello, SourceId, encode
 
 log = logging.getLogger("eagle3_top.publisher")
 
@@ -103,6 +103,7 @@ class Publisher(TracerState):
         self._idle = False
         self._wake_depth = max(1, queue_size // 4)
         self._stop = False
+        self.hello: Hello | None = None  # the latest, repeated every hello_interval_s
         self._hello: Mapping[str, Any] | None = None
         self._hello_interval = hello_interval_s
         self._health_interval = health_interval_s
@@ -141,28 +142,29 @@ class Publisher(TracerState):
             self._wake.set()
         return True
 
-    def set_hello(self, body: Mapping[str, Any]) -> None:
+    def set_hello(self, hello: Hello) -> None:
         """Publish a hello now and repeat it periodically so late subscribers catch up."""
-        self._hello = body
+        body = hello.to_body()
+        self.hello, self._hello = hello, body
         self.publish(HELLO, body)
 
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
 
-    def health_body(self) -> dict[str, Any]:
-        return {
-            "sent": self.sent,
-            "dropped": self.dropped,
-            "queue": len(self._queue),
-            "queue_max": self.queue_size,
-            "hook_errors": self.hook_errors,
-            "discarded_rows": self.discarded_rows,
-            "encode_errors": self.encode_errors,
-            "disabled": self.disabled,
-            "paused": self.paused,
-            "last_error": self.last_error,
-        }
+    def health(self) -> Health:
+        return Health(
+            sent=self.sent,
+            dropped=self.dropped,
+            queue=len(self._queue),
+            queue_max=self.queue_size,
+            hook_errors=self.hook_errors,
+            discarded_rows=self.discarded_rows,
+            encode_errors=self.encode_errors,
+            disabled=self.disabled,
+            paused=self.paused,
+            last_error=self.last_error,
+        )
 
     def close(self, timeout: float = 2.0) -> None:
         """Flush what is queued (up to ``timeout``), send a last health event, close the socket."""
@@ -212,7 +214,7 @@ class Publisher(TracerState):
                 now = time.monotonic()
                 if now >= next_health:
                     next_health = now + self._health_interval
-                    self._send(HEALTH, self._next_seq(), time.time(), self.health_body())
+                    self._send(HEALTH, self._next_seq(), time.time(), self.health().to_body())
                 if self._new_subscriber() and self._hello is not None:
                     next_hello = now
                 if now >= next_hello:
@@ -228,7 +230,7 @@ class Publisher(TracerState):
                 self._idle = False
             while queue:
                 self._send(*queue.popleft())
-            self._send(HEALTH, self._next_seq(), time.time(), self.health_body())
+            self._send(HEALTH, self._next_seq(), time.time(), self.health().to_body())
         except Exception as exc:  # never take the serving process down
             self.disabled = True
             log.error("eagle3-top publisher stopped: %s", exc)
@@ -249,6 +251,9 @@ class MemoryPublisher(TracerState):
     def publish(self, kind: str, body: Any) -> bool:
         self.events.append((kind, body))
         return True
+
+    def set_hello(self, hello: Hello) -> None:
+        self.publish(HELLO, hello.to_body())
 
     def bodies(self, kind: str) -> list[Any]:
         """Bodies of one kind, deferred ones resolved (this waits for their device copies)."""

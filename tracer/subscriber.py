@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .events import KINDS, DecodeError, Event, decode
+from .schema import KINDS, DecodeError, Event, decode
+
+if TYPE_CHECKING:
+    from .curve import CurveClient
 
 # Monitor events we turn into a state string for each endpoint.
 _STATES = {
@@ -47,15 +51,6 @@ class SourceCounters:
             self.max_seq = seq
         self.received += 1
         self.last_recv = time.monotonic()
-
-
-@dataclass
-class CurveClient:
-    """Keys for an authenticated, encrypted connection (ZeroMQ CURVE)."""
-
-    server_public: bytes
-    public: bytes
-    secret: bytes
 
 
 class Subscriber:

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from .model import SourceSnapshot
+from .snapshot import SourceSnapshot
 
 
 def render_headline(src: SourceSnapshot | None) -> Text:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from eagle3_top.tracer.subscriber import CurveClient, Subscriber
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.curve import CurveClient
+from eagle3_top.tracer.subscriber import Subscriber
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -21,10 +23,10 @@ from .health_panel import HealthPanel
 from .help_screen import HelpScreen
 from .histogram import Histogram
 from .layer_map import LayerMap
-from .model import MonitorState, Snapshot, SourceSnapshot
 from .position_bars import PositionBars
 from .probe_panel import ProbePanel
 from .proposals import Proposals
+from .snapshot import Snapshot, SourceSnapshot
 from .sources_table import SourcesTable
 from .spec_panel import SpecPanel
 from .status_bar import StatusBar
@@ -48,7 +50,7 @@ class Eagle3TopApp(App[None]):
         on_exit: Iterable[Callable[[], object]] = (),
         refresh_hz: float = 4.0,
         stale_after_s: float = 3.0,
-        manifest: object | None = None,
+        manifest: Manifest | None = None,
         feed: Feed | None = None,
         curve: CurveClient | None = None,
     ) -> None:
@@ -60,7 +62,8 @@ class Eagle3TopApp(App[None]):
         self.manifest = manifest
         self.feed = feed or Feed(
             self.endpoints,
-            state=MonitorState(stale_after_s=stale_after_s, manifest=manifest),
+            manifest=manifest,
+            stale_after_s=stale_after_s,
             subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
         )
         self.paused = False
@@ -204,7 +207,7 @@ def run_app(
     endpoints: list[str],
     *,
     title: str = "eagle3-top",
-    manifest: object | None = None,
+    manifest: Manifest | None = None,
     refresh_hz: float = 4.0,
     stale_after_s: float = 3.0,
     on_exit: Iterable[Callable[[], object]] = (),

@@ -1,12 +1,14 @@
-"""The receive worker: one thread owns the Subscriber and folds every frame into a MonitorState.
+"""The receive worker: one thread owns the Subscriber, folds every frame into the evidence book and
+keeps the findings fresh.
 
 The UI never sees individual events. It pulls an immutable ``Snapshot`` on its own timer (a few Hz),
 so however fast the stream runs, the UI does a fixed amount of work per frame drawn; the worker
 aggregates (the toolong pattern: backpressure by aggregation, not by queueing messages).
 
 Locking: the worker receives and decodes frames *outside* the lock, then folds a whole batch into
-the state under it. ``snapshot()`` takes the lock for the few hundred microseconds it
-needs to copy counters out.
+the book under it. The findings engine runs on the worker too, outside the lock (the worker is the
+book's only writer), and its results are swapped in under it. ``snapshot()`` takes the lock for the
+few hundred microseconds it needs to copy counters out.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from eagle3_top.tracer.analysis.evidence import EvidenceBook
+from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.subscriber import Subscriber
 
-from .model import MonitorState, Snapshot
+from .diagnosis import Diagnoser, Diagnosis
+from .snapshot import STALE_AFTER_S, Snapshot, Transport, take_snapshot
 
 log = logging.getLogger("eagle3_top.tui.feed")
 
@@ -28,14 +33,19 @@ class Feed:
         self,
         endpoints: list[str],
         *,
-        state: MonitorState | None = None,
+        manifest: Manifest | None = None,
+        book: EvidenceBook | None = None,
         subscriber_factory: Callable[[list[str]], Subscriber] | None = None,
+        stale_after_s: float = STALE_AFTER_S,
         poll_ms: int = 50,
         max_batch: int = 1024,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.endpoints = list(endpoints)
-        self.state = state or MonitorState()
+        self.book = book or EvidenceBook(manifest=manifest)
+        self.diagnoser = Diagnoser(manifest)
+        self.diagnoses: dict[str, Diagnosis] = {}
+        self.stale_after_s = stale_after_s
         self._factory = subscriber_factory or (lambda eps: Subscriber(eps))
         self._poll_ms = poll_ms
         self._max_batch = max_batch
@@ -78,19 +88,22 @@ class Feed:
             return
         self._sub = sub
         self._ready.set()
-        state, lock, clock = self.state, self._lock, self._clock
+        book, lock, clock = self.book, self._lock, self._clock
         decode_frame, count_malformed = sub.decode_frame, sub.count_malformed
         try:
             while not self._stop.is_set():
                 frames = sub.recv_frames(self._poll_ms, self._max_batch)
-                if not frames:
-                    continue
-                # decode outside the lock (the Subscriber's counters are only written by this
-                # thread; the UI copies them with single C-level calls), fold in under it.
-                events = [ev for ev in map(decode_frame, frames) if ev is not None]
-                with lock:
-                    state.ingest(events, clock(), count_malformed)
-                    self.batches += 1
+                if frames:
+                    # decode outside the lock (the Subscriber's counters are only written by this
+                    # thread; the UI copies them with single C-level calls), fold in under it.
+                    events = [ev for ev in map(decode_frame, frames) if ev is not None]
+                    with lock:
+                        book.ingest(events, clock(), count_malformed)
+                        self.batches += 1
+                fresh = self.diagnoser.run(book, clock())
+                if fresh:
+                    with lock:
+                        self.diagnoses.update(fresh)
         except Exception as exc:  # keep the UI alive and say why the numbers stopped
             self.error = f"receive worker stopped: {type(exc).__name__}: {exc}"
             log.exception("feed worker stopped")
@@ -109,15 +122,15 @@ class Feed:
         with self._lock:
             sub = self._sub
             if sub is None:
-                return self.state.snapshot(now, endpoints={ep: "closed" for ep in self.endpoints})
-            transport = {k: (c.received, c.missed) for k, c in list(sub.sources.items())}
-            return self.state.snapshot(
-                now,
-                transport=transport,
-                endpoints=dict(sub.endpoints),
-                malformed=sub.malformed,
-                last_malformed=sub.last_malformed,
-                unknown_kinds=sub.unknown_kinds,
-                frames=sub.frames,
-                nbytes=sub.bytes,
-            )
+                transport = Transport({}, {ep: "closed" for ep in self.endpoints})
+            else:
+                transport = Transport(
+                    sources={k: (c.received, c.missed) for k, c in list(sub.sources.items())},
+                    endpoints=dict(sub.endpoints),
+                    malformed=sub.malformed,
+                    last_malformed=sub.last_malformed,
+                    unknown_kinds=sub.unknown_kinds,
+                    frames=sub.frames,
+                    bytes=sub.bytes,
+                )
+            return take_snapshot(self.book, self.diagnoses, now, transport, stale_after_s=self.stale_after_s)

@@ -1,11 +1,11 @@
-"""Findings for the selected source (tracer.diagnose): code, severity and the one-line message."""
+"""Findings for the selected source (the analysis's findings engine): code, severity, message, fix."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import Static
 
-from .model import SourceSnapshot
+from .snapshot import SourceSnapshot
 
 _STYLE = {"error": ("✖", "bold red"), "warning": ("▲", "bold yellow"), "info": ("•", "cyan")}
 
@@ -30,13 +30,11 @@ def render_findings(src: SourceSnapshot | None, lines: int, has_manifest: bool) 
     for i, f in enumerate(shown):
         if i:
             t.append("\n")
-        sev = getattr(f, "severity", "info")
-        mark, style = _STYLE.get(sev, ("•", ""))
-        t.append(f"{mark} {getattr(f, 'code', '?')} ", style=style)
-        t.append(str(getattr(f, "message", "")))
-        fix = getattr(f, "fix", "")
-        if fix:
-            t.append(f" → {fix}", style="dim")
+        mark, style = _STYLE.get(f.severity, ("•", ""))
+        t.append(f"{mark} {f.code} ", style=style)
+        t.append(f.message)
+        if f.fix:
+            t.append(f" → {f.fix}", style="dim")
     if len(shown) < len(src.findings):
         t.append(
             f"\n… {len(src.findings) - len(shown)} more finding(s); `eagle3-top check` lists all", style="dim"

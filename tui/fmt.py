@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3_top.tracer.events import lookup
-
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _VBLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -34,9 +32,6 @@ def num(x: Any, fmt: str = "{:,.1f}") -> str:
     if isinstance(x, (int, float)):
         return fmt.format(x)
     return str(x)
-
-
-get = lookup  # nested hello fields, tolerant of absent keys and odd values
 
 
 def short(s: Any, width: int) -> str:

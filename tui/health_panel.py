@@ -5,14 +5,18 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from .fmt import get, short
-from .model import Snapshot, SourceSnapshot
+from .fmt import short
+from .snapshot import Snapshot, SourceSnapshot
 
 
 def _kv(t: Text, k: str, v: object, bad: bool = False) -> None:
     t.append(f"{k} ", style="dim")
     t.append(f"{v}", style="bold red" if bad else "bold")
     t.append("  ")
+
+
+def _n(v: int | None) -> str:
+    return "—" if v is None else str(v)
 
 
 def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Text:
@@ -23,22 +27,16 @@ def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Tex
         if h is None:
             t.append("no health event yet  ", style="dim")
         else:
-            dropped = get(h, "dropped")
-            _kv(t, "dropped", dropped if dropped is not None else "—", bool(dropped))
-            q, qm = get(h, "queue"), get(h, "queue_max")
-            _kv(t, "queue", f"{q if q is not None else '—'}/{qm if qm is not None else '—'}")
-            he = get(h, "hook_errors")
-            _kv(t, "hook err", he if he is not None else "—", bool(he))
-            dr = get(h, "discarded_rows")
-            if dr:  # normal under SGLang's overlap scheduler: informational, not red
-                _kv(t, "tail rows", dr)
-            ee = get(h, "encode_errors")
-            if ee:
-                _kv(t, "encode err", ee, True)
-            if get(h, "paused"):
+            _kv(t, "dropped", _n(h.dropped), bool(h.dropped))
+            _kv(t, "queue", f"{_n(h.queue)}/{_n(h.queue_max)}")
+            _kv(t, "hook err", _n(h.hook_errors), bool(h.hook_errors))
+            if h.discarded_rows:  # normal under SGLang's overlap scheduler: informational, not red
+                _kv(t, "tail rows", h.discarded_rows)
+            if h.encode_errors:
+                _kv(t, "encode err", h.encode_errors, True)
+            if h.paused:
                 t.append("PAUSED  ", style="bold yellow")
-            dis = get(h, "disabled")
-            _kv(t, "disabled", "YES" if dis else "no", bool(dis))
+            _kv(t, "disabled", "YES" if h.disabled else "no", h.disabled)
         _kv(t, "missed", src.missed, bool(src.missed))
         if src.stale:
             t.append(f"STALE {src.age_s:.0f}s", style="bold yellow")
@@ -46,7 +44,7 @@ def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Tex
     _kv(t, "malformed", snap.malformed, bool(snap.malformed))
     if snap.unknown_kinds:
         _kv(t, "unknown kinds", snap.unknown_kinds)
-    last_err = get(h, "last_error") if h else None
+    last_err = h.last_error if h is not None else None
     t.append("\n")
     if snap.last_malformed:
         t.append("last malformed: ", style="dim")

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from .fmt import vblock
-from .model import SourceSnapshot
+from .snapshot import SourceSnapshot
 
 
 def render_histogram(src: SourceSnapshot | None, width: int, height: int) -> Text:

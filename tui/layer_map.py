@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from .model import SourceSnapshot
+from .snapshot import SourceSnapshot
 
 
 def _num(v: float | None, fmt: str = ".3g") -> str:

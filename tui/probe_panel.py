@@ -1,17 +1,17 @@
 """Probe panel: the latest replayed training sample of the selected source, as a small heat map.
 
 Rows are served aux slots, columns trained slots; each cell is the mean row cosine between them
-(``tracer.probe.similarity_matrix``). A healthy server lights the diagonal green; a mis-wired one
+(``analysis.probe_compare.similarity_matrix``). A healthy server lights the diagonal green; a mis-wired one
 shows the mapping off the diagonal or nowhere. Shown when a training manifest is loaded.
 """
 
 from __future__ import annotations
 
-from eagle3_top.tracer.probe import MATCH_COSINE, verdict_for
+from eagle3_top.tracer.analysis.probe_compare import MATCH_COSINE, verdict_for
 from rich.text import Text
 from textual.widgets import Static
 
-from .model import SourceSnapshot
+from .snapshot import SourceSnapshot
 
 
 def _cell_style(v: float, matched: bool) -> str:

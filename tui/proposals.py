@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from .fmt import short
-from .model import SourceSnapshot
+from .snapshot import SourceSnapshot
 
 
 def render_proposals(src: SourceSnapshot | None, width: int) -> Text:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from .fmt import get
-from .model import Snapshot, SourceSnapshot
+from .snapshot import Snapshot, SourceSnapshot
 
 COLUMNS = (
     ("source", "source"),
@@ -29,7 +28,7 @@ def source_state(src: SourceSnapshot, snap: Snapshot) -> Text:
             return Text(ep_state, style="bold red" if "down" in ep_state or "fail" in ep_state else "yellow")
     if src.stale:
         return Text(f"stale {src.age_s:.0f}s", style="bold yellow")
-    if get(src.health, "disabled"):
+    if src.health is not None and src.health.disabled:
         return Text("tracer disabled", style="bold red")
     return Text("live", style="green")
 
@@ -91,9 +90,9 @@ class SourcesTable(DataTable):
             self._cells = {k: v for k, v in self._cells.items() if k[0] != _NO_SOURCE}
         for src in snap.sources:
             s = src.summary
-            dropped = get(src.health, "dropped")
-            missed = f"{src.missed}/{dropped if isinstance(dropped, int) else '—'}"
-            bad = src.missed or (isinstance(dropped, int) and dropped)
+            dropped = src.health.dropped if src.health is not None else None
+            missed = f"{src.missed}/{dropped if dropped is not None else '—'}"
+            bad = src.missed or bool(dropped)
             have = s.request_steps > 0
             self._set_row(
                 src.key,

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from eagle3_top.tracer.schema import SPEC_KEYS
 from rich.text import Text
 from textual.widgets import Static
 
-from .fmt import get, layers, short
-from .model import SourceSnapshot
+from .fmt import layers, short
+from .snapshot import SourceSnapshot
 
-SPEC_KEYS = (
-    ("algorithm", "algorithm"),
-    ("num_steps", "steps"),
-    ("topk", "topk"),
-    ("num_draft_tokens", "draft tokens"),
-)
+SPEC_LABELS = {
+    "algorithm": "algorithm",
+    "num_steps": "steps",
+    "topk": "topk",
+    "num_draft_tokens": "draft tokens",
+}
 
 
 def render_spec(src: SourceSnapshot | None, width: int = 60) -> Text:
@@ -29,37 +28,27 @@ def render_spec(src: SourceSnapshot | None, width: int = 60) -> Text:
         t.append("no hello yet (the tracer repeats it every few seconds)", style="dim")
         return t
     # engine / model line
-    eng = " ".join(str(x) for x in (get(h, "engine", "name"), get(h, "engine", "version")) if x)
-    model = [get(h, "model", "arch")]
-    nl, hs, dt = get(h, "model", "num_layers"), get(h, "model", "hidden_size"), get(h, "model", "dtype")
-    if nl is not None:
-        model.append(f"{nl}L")
-    if hs is not None:
-        model.append(f"h{hs}")
-    model.append(dt)
-    tp_r, tp_s = get(h, "tp", "rank"), get(h, "tp", "size")
-    parts = [
-        p
-        for p in (eng, " ".join(str(m) for m in model if m), f"tp {tp_r}/{tp_s}" if tp_s is not None else "")
-        if p
-    ]
-    t.append(" · ".join(parts) + "\n")
+    m = h.model
+    eng = " ".join(x for x in (h.engine, h.engine_version) if x)
+    model = " ".join(
+        x for x in (m.arch, f"{m.num_layers}L" if m.num_layers is not None else None,
+                    f"h{m.hidden_size}" if m.hidden_size is not None else None, m.dtype) if x
+    )  # fmt: skip
+    tp = f"tp {h.tp_rank}/{h.tp_size}" if h.tp_size is not None else ""
+    t.append(" · ".join(p for p in (eng, model, tp) if p) + "\n")
     # speculative config
-    req, eff = get(h, "spec", "requested"), get(h, "spec", "effective")
-    rewrites = get(h, "spec", "rewrites")
-    if not isinstance(rewrites, list):
-        rewrites = []
-    rewritten = {str(get(r, "param")) for r in rewrites if isinstance(r, dict)}
+    rewritten = {r.param for r in h.rewrites}
     t.append("spec ", style="dim")
     first = True
-    for key, label in SPEC_KEYS:
-        e, r = get(eff, key), get(req, key)
+    for key in SPEC_KEYS:
+        e = h.effective.get(key) if h.effective else None
+        r = h.requested.get(key) if h.requested else None
         if e is None and r is None:
             continue
         if not first:
             t.append("  ")
         first = False
-        t.append(f"{label} ")
+        t.append(f"{SPEC_LABELS[key]} ")
         if r is not None and e is not None and r != e:
             style = "bold red" if key in rewritten else "bold yellow"
             t.append(f"{e}", style=style)
@@ -67,43 +56,38 @@ def render_spec(src: SourceSnapshot | None, width: int = 60) -> Text:
         else:
             t.append(f"{e if e is not None else r}", style="bold")
     t.append("\n")
-    for rw in rewrites:
-        if not isinstance(rw, dict):
-            continue
+    for rw in h.rewrites:
         t.append("⚠ ", style="bold red")
-        t.append(f"{rw.get('param')} {rw.get('from')} → {rw.get('to')}", style="bold red")
-        if rw.get("reason"):
-            t.append(f" ({rw.get('reason')})", style="red")
+        t.append(f"{rw.param} {rw.old} → {rw.new}", style="bold red")
+        if rw.reason:
+            t.append(f" ({rw.reason})", style="red")
         t.append("\n")
     # capture layers
-    aux = get(h, "aux")
-    if isinstance(aux, Mapping) and aux:
+    aux = h.aux
+    if aux is not None:
         t.append("layers ", style="dim")
-        t.append(f"native {layers(aux.get('capture_native'))}  ")
+        t.append(f"native {layers(aux.capture_native)}  ")
         t.append("canonical ", style="dim")
-        t.append(f"{layers(aux.get('capture_canonical'))}\n", style="bold")
-        ids = aux.get("ids_read")
+        t.append(f"{layers(aux.capture_canonical)}\n", style="bold")
         t.append("draft ids ", style="dim")
-        if ids is None:
+        if aux.ids_read is None:
             t.append("default (ids not read)", style="bold red")
         else:
-            t.append(layers(ids), style="bold")
+            t.append(layers(aux.ids_read), style="bold")
         t.append("\n")
-        slots, width_, exp = aux.get("slots"), aux.get("width"), aux.get("expected_width")
-        if width_ is not None or slots is not None:
+        if aux.width is not None or aux.slots is not None:
             t.append("aux ", style="dim")
             t.append(
-                f"{slots if slots is not None else '?'} slots, width {width_ if width_ is not None else '?'}"
+                f"{aux.slots if aux.slots is not None else '?'} slots, width {aux.width if aux.width is not None else '?'}"
             )
-            if exp is not None:
-                bad = width_ is not None and exp != width_
-                t.append(f" (expected {exp})", style="bold red" if bad else "dim")
+            if aux.expected_width is not None:
+                bad = aux.width is not None and aux.expected_width != aux.width
+                t.append(f" (expected {aux.expected_width})", style="bold red" if bad else "dim")
             t.append("\n")
-    for label, key in (("target", "target_path"), ("draft ", "draft_path")):
-        v = get(h, "model", key)
-        if v:
+    for label, path in (("target", m.target_path), ("draft ", m.draft_path)):
+        if path:
             t.append(f"{label} ", style="dim")
-            t.append(short(v, max(10, width - 8)) + "\n")
+            t.append(short(path, max(10, width - 8)) + "\n")
     t.rstrip()
     return t
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from .model import Snapshot
+from .snapshot import Snapshot
 
 
 def render_status(title: str, snap: Snapshot | None, paused: bool, error: str | None) -> Text:

@@ -234,10 +234,10 @@ def main() -> int:
                 print(f"one-pass candidate, block_c {bc} failed: {type(exc).__name__}: {exc}"[:300])
         res["onepass_candidate"] = onepass
         # and through fingerprint() itself (EAGLE3_TOP_FINGERPRINT_ONEPASS=1): fields vs the default path
-        base = fingerprint(x, slots).resolve()
+        base = fingerprint(x, slots).resolve().to_body()
         os.environ[op.ENV_ENABLE] = "1"
         try:
-            one = fingerprint(x, slots).resolve()
+            one = fingerprint(x, slots).resolve().to_body()
             agree = all(
                 np.allclose(
                     np.asarray(one[k], dtype=float), np.asarray(base[k], dtype=float), rtol=2e-3, atol=1e-3
@@ -266,9 +266,9 @@ def main() -> int:
     res["best_fused_ratio"] = best / floor if best else None
 
     # no host sync: fingerprint() and the verify wrapper's record path
-    from eagle3_top.hooks.attach import Tracer
     from eagle3_top.hooks.sglang.verify import record_verify
     from eagle3_top.tracer.publisher import MemoryPublisher
+    from eagle3_top.tracer.tracer import Tracer
 
     pub = MemoryPublisher()
     tracer = Tracer(pub, aux_interval_s=0.0)  # type: ignore[arg-type]

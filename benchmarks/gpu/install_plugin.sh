@@ -1,5 +1,5 @@
 #!/bin/bash
-# On the device: unpack the carried SGLang set (build/sglang-h200, see ../shared/sglang-h200/build_carry.sh)
+# On the device: unpack the carried SGLang set (build/sglang-h200, from benchmarks/gpu/sglang_env/build_carry.sh)
 # into /tmp/site and install eagle3-top into /tmp/e3t as a plugin: the package plus a dist-info whose
 # entry_points.txt registers [sglang.srt.plugins] eagle3_top (what `pip install .` gives;
 # the H200 image has no registry and no hatchling, so it is written by hand). msgpack comes from

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Everything GPU in one device call (repo root; carry build/sglang-h200 and build/e3t-extra):
+# Everything GPU in one device call (repo root; carry build/sglang-h200 and build/e3t-extra, which
+# benchmarks/gpu/sglang_env/build_carry.sh makes on your machine):
 #   bash benchmarks/gpu/run_gpu.sh       -> fingerprint benchmark, GPU tests, real-server check
 set -u
 OUT=${OUT:-/tmp/e3t-out}; export OUT; mkdir -p "$OUT"; B=$(pwd)/benchmarks/gpu

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Real-server check of the SGLang plugin on a CUDA machine (run from the repo root; results in $OUT).
 #
-# Needs the carried SGLang 0.5.17 set in build/sglang-h200 (git-ignored). Build it once, on your
-# machine:   ../shared/sglang-h200/build_carry.sh build/sglang-h200
-# plus a msgpack wheel in build/e3t-extra/ (the H200 image has no msgpack), then on the device:
+# Needs the carried SGLang 0.5.17 set in build/sglang-h200 and a msgpack wheel in build/e3t-extra
+# (the H200 image has no msgpack), both git-ignored. Build them once, on your machine, from the repo
+# root: benchmarks/gpu/sglang_env/build_carry.sh. Then on the device:
 #   bash benchmarks/gpu/run_server_check.sh        (carry build/sglang-h200 and build/e3t-extra)
 #
 # Check: two servers at once (tiny Llama target + EAGLE-3 draft from mkmodels.py, --attention-backend

@@ -326,9 +326,9 @@ def _start(worker: Any) -> Any:
     if _state["tracer"] is not None:  # a second spec worker in one process: share the source
         tracer = _state["tracer"]
     else:
-        from eagle3_top.hooks.attach import Tracer
-        from eagle3_top.tracer.events import SourceId
         from eagle3_top.tracer.publisher import Publisher
+        from eagle3_top.tracer.schema import SourceId
+        from eagle3_top.tracer.tracer import Tracer
 
         ep = endpoint_for_rank(endpoint, global_rank)
         secret = None
@@ -357,29 +357,25 @@ def _start(worker: Any) -> Any:
     except Exception as exc:  # steps still flow; the hello says what could not be read
         log.warning("eagle3-top: wiring report incomplete: %s: %s", type(exc).__name__, exc)
         hello = minimal_hello(r, f"{type(exc).__name__}: {exc}")
-    hidden = hello["model"].get("hidden_size")
-    if isinstance(hidden, int) and hidden > 0:
+    hidden = hello.model.hidden_size
+    if hidden is not None and hidden > 0:
         tracer.set_slot_width(hidden)
     tracer.publisher.set_hello(hello)
     return tracer
 
 
-def minimal_hello(r: dict[str, int], error: str) -> dict[str, Any]:
+def minimal_hello(r: dict[str, int], error: str) -> Any:
+    """A hello that says what could not be read; steps still flow."""
+    from eagle3_top.tracer.schema import Hello
+
     try:
         import sglang
 
         version = getattr(sglang, "__version__", None)
     except Exception:
         version = None
-    return {
-        "engine": {"name": "sglang", "version": version},
-        "model": {},
-        "tp": {"rank": r["tp_rank"], "size": r["tp_size"]},
-        "spec": None,
-        "vocab": None,
-        "aux": None,
-        "wiring_error": error[:300],
-    }
+    return Hello(engine="sglang", engine_version=version, tp_rank=r["tp_rank"], tp_size=r["tp_size"],
+                 wiring_error=error[:300])  # fmt: skip
 
 
 def _reset_for_tests() -> None:

@@ -2,7 +2,7 @@
 
 ``EagleDraftWorker._draft_extend_for_prefill(batch, target_hidden_states, next_token_ids, ...)``
 (0.5.17 and 0.5.23) receives the target's packed aux states ``[sum(extend_lens), K*H]``, one row
-per prompt token computed in this forward (reference §4): row p of a request is the aux at prompt
+per prompt token computed in this forward (the draft's ``fc`` input, ``models/llama_eagle3.py``): row p of a request is the aux at prompt
 position ``prefix_len + p``. We segment them per request with the batch's extend / prefix lengths
 (host-side lists) *before* calling the original, which rotates ``batch.input_ids`` in place, and
 hand the slices of probe requests to ``Tracer.record_probe`` (non-blocking copies only; no sync).
@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from eagle3_top.hooks.attach import Tracer
+from eagle3_top.tracer.tracer import Tracer
 
 from .verify import _capturing
 

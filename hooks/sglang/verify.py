@@ -1,9 +1,10 @@
 """The wrapper around ``EAGLEWorkerV2.verify``: one step event (and a sampled aux event) per verify.
 
-After the original returns, everything for one verify step is on the device together (reference
-§1.6): rids in row order (``batch.reqs[i].rid``), the proposed tree (``batch.spec_info``, the
-``EagleVerifyInput``), ``accept_lens`` (drafts + bonus), the committed ``next_token_ids`` and the aux
-states the draft consumes next (``logits_output.hidden_states``). We only hand tensors to
+After the original returns, everything for one verify step is on the device together (SGLang's
+``speculative/eagle_worker_v2.py``, 0.5.17 to 0.5.23): rids in row order (``batch.reqs[i].rid``),
+the proposed tree (``batch.spec_info``, the ``EagleVerifyInput``), ``accept_lens`` (drafts + bonus),
+the committed ``next_token_ids`` and the aux states the draft consumes next
+(``logits_output.hidden_states``). We only hand tensors to
 ``Tracer.make_step`` / ``record_aux``, which start non-blocking copies; nothing here synchronises
 the device (no ``.item()``, ``.tolist()``, ``.cpu()``, boolean masks).
 """
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eagle3_top.hooks.attach import DeferredStep, Tracer
+from eagle3_top.tracer.tracer import DeferredStep, Tracer
 
 # Attributes the wrapper reads; checked once against the live objects (plugin.check_internals).
 VERIFY_INPUT_ATTRS = (

@@ -1,7 +1,9 @@
 """SGLang's speculative-decoding flags and their resolution rules, for the toy engine.
 
 Mirrors SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py::_handle_eagle_family`` and
-``spec_aux_hidden_state.py::_resolve_eagle_aux_hidden_state`` (see the reference notes §3, §5).
+``model_executor/model_runner_components/spec_aux_hidden_state.py::_resolve_eagle_aux_hidden_state``:
+ids are read only from the draft config's nested ``eagle_config``, silently; with topk 1 the draft-token
+count is forced to ``num_steps + 1``; without ``--speculative-num-steps`` all three are auto-chosen.
 """
 
 from __future__ import annotations
@@ -174,20 +176,4 @@ def spec_args_from_ns(ns: argparse.Namespace) -> SpecArgs:
         ns.speculative_num_steps,
         ns.speculative_eagle_topk,
         ns.speculative_num_draft_tokens,
-    )
-
-
-def engine_from_args(ns: argparse.Namespace):
-    from .engine import ToyEagle3Engine
-
-    return ToyEagle3Engine(
-        target_path=ns.model_path,
-        draft_path=ns.speculative_draft_model_path,
-        spec=spec_args_from_ns(ns),
-        batch_size=ns.batch_size,
-        max_new_tokens=ns.max_new_tokens,
-        prompt_len=ns.prompt_len,
-        num_prompts=getattr(ns, "num_prompts", None),
-        seed=ns.seed,
-        max_steps=getattr(ns, "max_steps", None),
     )

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .diagnose import MIN_AUX_ROWS, Finding, SourceEvidence, diagnose
-from .events import DecodeError
+from eagle3_top.tracer.subscriber import Subscriber
+
+from .diagnose import MIN_AUX_ROWS, diagnose
+from .evidence import EvidenceBook, SourceEvidence
+from .findings import Finding
 from .manifest import Manifest
-from .subscriber import CurveClient, Subscriber
+
+if TYPE_CHECKING:
+    from eagle3_top.tracer.curve import CurveClient
 
 
 class NoStream(RuntimeError):
@@ -29,19 +35,10 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _captures_aux(hello: dict[str, object]) -> bool:
-    """False when the server feeds the draft no aux states at all (EAGLE, use_aux_hidden_state off)."""
-    spec = hello.get("spec")
-    aux = hello.get("aux")
-    algo = spec.get("effective", {}).get("algorithm") if isinstance(spec, dict) else None
-    slots = aux.get("slots") if isinstance(aux, dict) else None
-    return algo != "EAGLE" and slots != 0
-
-
 def _ready(ev: SourceEvidence, steps: int, manifest: Manifest | None) -> bool:
     if ev.hello is None or ev.steps < steps:
         return False
-    return manifest is None or ev.aux.rows >= MIN_AUX_ROWS or not _captures_aux(ev.hello)
+    return manifest is None or ev.aux_merged.rows >= MIN_AUX_ROWS or not ev.hello.captures_aux()
 
 
 def watch(
@@ -53,26 +50,20 @@ def watch(
     curve: CurveClient | None = None,
 ) -> CheckResult:
     sub = Subscriber(endpoints, curve=curve)
-    sources: dict[str, SourceEvidence] = {}
+    book = EvidenceBook()
     t0 = time.monotonic()
     deadline = t0 + timeout
     complete = False
     try:
         while time.monotonic() < deadline:
-            for ev in sub.poll(50):
-                src = sources.get(ev.src)
-                if src is None:
-                    sources[ev.src] = src = SourceEvidence(ev.src)
-                try:
-                    src.add(ev)
-                except DecodeError as exc:
-                    sub.count_malformed(str(exc))
-            if sources and all(_ready(s, steps, manifest) for s in sources.values()):
+            book.ingest(sub.poll(50), time.time(), sub.count_malformed)
+            if book.sources and all(_ready(s, steps, manifest) for s in book.sources.values()):
                 complete = True
                 break
     finally:
         sub.close()
     waited = time.monotonic() - t0
+    sources = book.sources
     if not any(s.hello is not None for s in sources.values()):
         states = ", ".join(f"{ep} {st}" for ep, st in sub.endpoints.items())
         seen = f"; {sub.malformed} malformed frames ({sub.last_malformed})" if sub.malformed else ""
@@ -83,6 +74,6 @@ def watch(
         findings.extend(diagnose(s, manifest))
         if not _ready(s, steps, manifest):
             notes.append(
-                f"{s.src}: verdict on partial evidence ({s.steps} steps, {s.aux.rows} aux rows) after {waited:.1f}s"
+                f"{s.key}: verdict on partial evidence ({s.steps} steps, {s.aux_merged.rows} aux rows) after {waited:.1f}s"
             )
     return CheckResult(findings, sources, waited, complete, notes)

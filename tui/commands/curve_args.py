@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from eagle3_top.tracer.subscriber import CurveClient
+    from eagle3_top.tracer.curve import CurveClient
 
 
 def add_curve_arguments(p: argparse.ArgumentParser) -> None:

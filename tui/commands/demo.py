@@ -1,6 +1,6 @@
 """``eagle3-top demo``: two built-in engines, one wired as trained and one with the motivating bug.
 
-The engines run in child processes (``eagle3-top toy``), each publishing on its own loopback port;
+The engines run in child processes (the built-in engine's own, ``commands.toy.engine_argv``), each publishing on its own loopback port;
 the monitor opens on both. Closing the monitor stops them, and so does any way out of this
 process that Python gets to see (exceptions, SIGTERM).
 """
@@ -17,6 +17,8 @@ import sys
 import tempfile
 from types import FrameType
 
+from .toy import engine_argv
+
 ENGINES = (
     ("healthy", "draft"),
     ("ids-not-read", "draft_ids_not_read"),
@@ -30,9 +32,7 @@ def free_port() -> int:
 
 
 def bundled_paths() -> dict[str, str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "--show-paths"], capture_output=True, text=True
-    )
+    out = subprocess.run(engine_argv(["--show-paths"]), capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"eagle3-top demo: the built-in engine is unavailable: {out.stderr.strip()}")
     import json
@@ -47,12 +47,16 @@ def start_engines(
     procs, endpoints = [], []
     for name, draft_key in ENGINES:
         endpoint = f"tcp://127.0.0.1:{free_port()}"
-        cmd = [
-            sys.executable, "-m", "eagle3_top.tui.cli", "toy",
-            "--publish", endpoint,
-            "--speculative-draft-model-path", paths[draft_key],
-            "--max-steps-per-s", str(rate),
-        ]  # fmt: skip
+        cmd = engine_argv(
+            [
+                "--publish",
+                endpoint,
+                "--speculative-draft-model-path",
+                paths[draft_key],
+                "--max-steps-per-s",
+                str(rate),
+            ]
+        )
         log = open(os.path.join(log_dir, f"{name}.log"), "wb")
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         endpoints.append(endpoint)
@@ -67,7 +71,7 @@ def start_manifest_build(paths: dict[str, str], work_dir: str) -> tuple[subproce
     script = " && ".join(
         subprocess.list2cmdline(c)
         for c in (
-            [*cli, "toy", "gen-data", "--out", data, "--num-samples", "16"],
+            engine_argv(["gen-data", "--out", data, "--num-samples", "16"]),
             [*cli, "manifest", "build", "--draft", paths["draft"], "--data", data,
              "--target-config", paths["target"],
              "--metrics", os.path.join(paths["draft"], "training_metrics.json"), "--out", out],
@@ -107,12 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    from .app import run_app
+    from eagle3_top.tracer.analysis.manifest import Manifest, ManifestError, load_manifest
+    from eagle3_top.tui.app import run_app
 
-    manifest = None
+    manifest: Manifest | None = None
     if builder is not None:
-        from eagle3_top.tracer.manifest import ManifestError, load_manifest
-
         proc, path = builder
         print("eagle3-top demo: building the training manifest of the bundled draft ...", flush=True)
         try:

@@ -53,10 +53,15 @@ def main(argv: list[str]) -> int:
     if ns.samples < 1 or ns.max_new_tokens < 1 or ns.timeout <= 0:
         return _fail("--samples, --max-new-tokens and --timeout must be positive")
 
+    from eagle3_top.tracer.analysis.findings import has_errors
+    from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
+    from eagle3_top.tracer.analysis.probe_run import (
+        ProbeError,
+        run_probe,
+        samples_from_data,
+        samples_from_manifest,
+    )
     from eagle3_top.tracer.curve import KeyError_
-    from eagle3_top.tracer.diagnose import has_errors
-    from eagle3_top.tracer.manifest import ManifestError, load_manifest
-    from eagle3_top.tracer.probe import ProbeError, run_probe, samples_from_data, samples_from_manifest
 
     try:
         curve = curve_from(ns)

@@ -1,65 +1,38 @@
-"""The training manifest: a small JSON file saying how a draft was trained (DESIGN.md §5).
+"""Building the training manifest from what training left behind.
 
-Built from what training leaves behind (draft config, target config, hidden-state files, vocab
-mapping, metrics) by ``build_manifest``; read back by ``load_manifest``, which checks the version
-and shape and says in one line which file is wrong and how. Writes are atomic: a failed build
-leaves nothing behind.
+Inputs: the draft's config.json (``eagle_config``), SpecForge's hidden-state files (``data_*.ckpt``,
+``.ckpt.gz``) or the older ``{input_ids, hidden_states: [...]}`` files, the target's config, the
+vocabulary mapping and the training metrics. Every file is read with ``torch.load(weights_only=True)``
+(``trainfiles``): no pickle runs. The reference fingerprints come from the same function the tracer
+uses (``tracer.fingerprint``), so live and training numbers compare number for number.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from eagle3_top.tracer import __version__
+from eagle3_top.tracer.fingerprint import FingerprintAccumulator, fingerprint
+from eagle3_top.tracer.wiring import d2t_summary, draft_layer_ids
 
-from . import __version__
-from .fingerprint import FingerprintAccumulator, fingerprint
-from .trainfiles import TrainFileError, find_training_files, load_sample, load_vocab_mapping
-
-MANIFEST_VERSION = 1
-MANIFEST_KEY = "eagle3_top_manifest"
-
-
-class ManifestError(ValueError):
-    """One line: which file and what is wrong."""
-
-
-# -- reading configs ----------------------------------------------------------------------------
-
-
-def _read_json(path: str, what: str) -> dict[str, Any]:
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: {what} not found") from None
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path}: {what} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ManifestError(f"{path}: {what} must be a JSON object")
-    return data
-
-
-def draft_layer_ids(cfg: dict[str, Any]) -> tuple[list[int] | None, str]:
-    """The aux ids a draft config declares, and where: ``eagle_config``, ``top_level`` or ``missing``."""
-    ec = cfg.get("eagle_config")
-    if isinstance(ec, dict) and isinstance(ec.get("eagle_aux_hidden_state_layer_ids"), list):
-        return [int(v) for v in ec["eagle_aux_hidden_state_layer_ids"]], "eagle_config"
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if isinstance(top, list):
-        return [int(v) for v in top], "top_level"
-    return None, "missing"
+from .manifest import (
+    AuxLayers,
+    DraftInfo,
+    Manifest,
+    ManifestError,
+    ProbeSample,
+    Reference,
+    TargetInfo,
+    TrainingMetrics,
+    pack_rows,
+    read_json,
+)
+from .trainfiles import TrainFileError, find_training_files, load_sample, load_vocab_mapping, torch_load
 
 
 def specforge_default_ids(num_layers: int) -> list[int]:
@@ -79,7 +52,7 @@ def _draft_flags(cfg: dict[str, Any]) -> dict[str, Any]:
         "norm_before_fc": bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False))),
         "fc_norm": bool(cfg.get("fc_norm", False) or cfg.get("use_aux_norm", False)),
         "use_aux_hidden_state": bool(ec.get("use_aux_hidden_state", True)),
-        "eagle_config": cfg.get("eagle_config"),
+        "eagle_config": ec or None,
     }
 
 
@@ -93,8 +66,6 @@ def _find_d2t(draft_dir: str, vocab_mapping: str | None) -> tuple[np.ndarray | N
             return load_vocab_mapping(path).d2t, path
     pt = os.path.join(draft_dir, "model.pt")
     if os.path.exists(pt):
-        from .trainfiles import torch_load
-
         sd = torch_load(pt)
         if isinstance(sd, dict):
             for k, v in sd.items():
@@ -112,24 +83,11 @@ def _find_d2t(draft_dir: str, vocab_mapping: str | None) -> tuple[np.ndarray | N
     return None, None
 
 
-def d2t_summary(d2t: np.ndarray, vocab_size: int | None) -> dict[str, Any]:
-    hot = d2t + np.arange(d2t.shape[0])
-    return {
-        "size": int(d2t.shape[0]),
-        "sha256": hashlib.sha256(np.ascontiguousarray(d2t, dtype="<i8").tobytes()).hexdigest()[:16],
-        "min_target": int(hot.min()) if hot.size else 0,
-        "max_target": int(hot.max()) if hot.size else 0,
-        "unique_targets": int(np.unique(hot).size),
-        "all_zero": bool(not np.any(d2t)),
-        "vocab_size": vocab_size,
-    }
-
-
-def read_training_metrics(path: str) -> dict[str, Any]:
+def read_training_metrics(path: str) -> TrainingMetrics:
     """Per-position accuracy and simulated accept length from a metrics JSON, in any of the
     spellings SpecForge and EAGLE use: ``acc_i`` / ``train/acc_i`` / ``eval/acceptance_rate_i``
     keys, or lists under ``per_position_acc`` / ``acc``."""
-    data = _read_json(path, "training metrics")
+    data = read_json(path, "training metrics")
     acc: list[float] = []
     for key in ("per_position_acc", "eval/per_position_acc", "acc_per_position", "acc"):
         val = data.get(key)
@@ -156,20 +114,7 @@ def read_training_metrics(path: str) -> dict[str, Any]:
         for a in acc:
             cum *= a
             sim += cum
-    return {"acc": acc, "simulated_acc_len": sim, "source": os.path.abspath(path)}
-
-
-# -- probes ------------------------------------------------------------------------------------
-
-
-def pack_rows(rows: Any) -> dict[str, Any]:
-    arr = np.ascontiguousarray(rows.float().numpy().astype("<f2"))
-    return {"dtype": "<f2", "shape": list(arr.shape), "b64": base64.b64encode(arr.tobytes()).decode()}
-
-
-def unpack_rows(packed: dict[str, Any]) -> np.ndarray:
-    raw = base64.b64decode(packed["b64"])
-    return np.frombuffer(raw, dtype=packed.get("dtype", "<f2")).reshape(packed["shape"]).astype(np.float32)
+    return TrainingMetrics(acc, sim, os.path.abspath(path))
 
 
 # -- build -------------------------------------------------------------------------------------
@@ -190,11 +135,11 @@ def build_manifest(
     probe_tokens: int = 64,
     batch_files: int = 64,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Build the manifest dict; raises ManifestError / TrainFileError with a one-line reason."""
-    dcfg = _read_json(draft_dir, "draft config.json")
+) -> Manifest:
+    """Build the manifest; raises ManifestError / TrainFileError with a one-line reason."""
+    dcfg = read_json(draft_dir, "draft config.json")
     flags = _draft_flags(dcfg)
-    tcfg = _read_json(target_config, "target config.json") if target_config else None
+    tcfg = read_json(target_config, "target config.json") if target_config else None
     ids, where = draft_layer_ids(dcfg)
     num_layers = int(tcfg["num_hidden_layers"]) if tcfg and "num_hidden_layers" in tcfg else None
     ids_source = where
@@ -217,7 +162,7 @@ def build_manifest(
         files = [files[int(i * step)] for i in range(max_files)]
 
     acc = FingerprintAccumulator()
-    probe_list: list[dict[str, Any]] = []
+    probe_list: list[ProbeSample] = []
     slots = len(order)
     width: int | None = None
     tokens = 0
@@ -266,11 +211,11 @@ def build_manifest(
             if len(probe_list) < probes and sample.aux.shape[0] >= 2:
                 n = min(probe_tokens, int(sample.aux.shape[0]))
                 probe_list.append(
-                    {
-                        "source": os.path.relpath(path, data) if os.path.isdir(data) else path,
-                        "input_ids": sample.input_ids[:n].tolist(),
-                        "aux_rows": pack_rows(sample.aux[:n]),
-                    }
+                    ProbeSample(
+                        os.path.relpath(path, data) if os.path.isdir(data) else path,
+                        sample.input_ids[:n].tolist(),
+                        pack_rows(sample.aux[:n]),
+                    )
                 )
             if len(pending) >= batch_files:
                 flush()
@@ -285,113 +230,29 @@ def build_manifest(
 
     d2t, d2t_src = _find_d2t(draft_dir, vocab_mapping)
     vocab = (tcfg or {}).get("vocab_size") or flags["vocab_size"]
-    manifest: dict[str, Any] = {
-        MANIFEST_KEY: MANIFEST_VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "builder": f"eagle3-top {__version__}",
-        "target": {
-            "arch": ((tcfg or {}).get("architectures") or [None])[0],
-            "num_layers": num_layers,
-            "hidden_size": width,
-            "vocab_size": vocab,
-            "config": os.path.abspath(target_config) if target_config else None,
-        },
-        "draft": {**flags, "path": os.path.abspath(draft_dir), "ids_location": where},
-        "aux": {
-            "layer_ids": ids,
-            "ids_source": ids_source,
-            "concat_order": order,
-            "concat_order_rule": concat_order,
-            "slots": slots,
-            "slot_width": width,
-            "convention": "canonical: output of 0-based decoder block k; -1 = embedding output",
-        },
-        "reference": {
-            "files": len(files),
-            "tokens": tokens,
-            "fingerprint": acc.fields(),
-            "data": os.path.abspath(data),
-        },
-        "probes": probe_list,
-        "vocab": None if d2t is None else {**d2t_summary(d2t, vocab), "source": d2t_src},
-        "training": read_training_metrics(metrics) if metrics else None,
-    }
-    return manifest
-
-
-def write_manifest(manifest: dict[str, Any], path: str) -> None:
-    """Atomic: a temporary file in the same directory, then a rename."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-# -- load --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Manifest:
-    path: str
-    data: dict[str, Any]
-
-    @property
-    def concat_order(self) -> list[int]:
-        return list(self.data["aux"]["concat_order"])
-
-    @property
-    def layer_ids(self) -> list[int]:
-        return list(self.data["aux"]["layer_ids"])
-
-    @property
-    def slot_width(self) -> int:
-        return int(self.data["aux"]["slot_width"])
-
-    @property
-    def reference(self) -> dict[str, Any]:
-        fp: dict[str, Any] = self.data["reference"]["fingerprint"]
-        return fp
-
-    @property
-    def training_acc(self) -> list[float]:
-        t = self.data.get("training") or {}
-        return [float(v) for v in t.get("acc") or []]
-
-    @property
-    def probes(self) -> list[dict[str, Any]]:
-        return list(self.data.get("probes") or [])
-
-    @property
-    def target(self) -> dict[str, Any]:
-        t: dict[str, Any] = self.data.get("target") or {}
-        return t
-
-
-def load_manifest(path: str) -> Manifest:
-    data = _read_json(path, "manifest") if not os.path.isdir(path) else None
-    if data is None:
-        raise ManifestError(f"{path}: is a directory, expected a manifest JSON file")
-    version = data.get(MANIFEST_KEY)
-    if version is None:
-        raise ManifestError(f"{path}: not an eagle3-top manifest (no '{MANIFEST_KEY}' key)")
-    if version != MANIFEST_VERSION:
-        raise ManifestError(
-            f"{path}: manifest version {version!r}; this eagle3-top reads version {MANIFEST_VERSION}"
-        )
-    try:
-        aux = data["aux"]
-        order = [int(v) for v in aux["concat_order"]]
-        int(aux["slot_width"])
-        fp = data["reference"]["fingerprint"]
-        if len(fp["mean"]) != len(order):
-            raise ValueError("reference fingerprint slots != concat_order length")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ManifestError(f"{path}: malformed manifest: {exc}") from None
-    return Manifest(os.path.abspath(path), data)
+    assert width is not None  # set by the first file; acc.rows > 0 means there was one
+    return Manifest(
+        path="",
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        builder=f"eagle3-top {__version__}",
+        target=TargetInfo(
+            arch=((tcfg or {}).get("architectures") or [None])[0],
+            num_layers=num_layers,
+            hidden_size=width,
+            vocab_size=vocab,
+            config=os.path.abspath(target_config) if target_config else None,
+        ),
+        draft=DraftInfo(**flags, path=os.path.abspath(draft_dir), ids_location=where),
+        aux=AuxLayers(
+            layer_ids=ids,
+            concat_order=order,
+            slot_width=width,
+            ids_source=ids_source,
+            concat_order_rule=concat_order,
+        ),
+        reference=Reference(acc.fingerprint(), files=len(files), tokens=tokens, data=os.path.abspath(data)),
+        probes=tuple(probe_list),
+        vocab=None if d2t is None else d2t_summary(d2t, vocab),
+        vocab_source=d2t_src,
+        training=read_training_metrics(metrics) if metrics else None,
+    )

@@ -1,9 +1,9 @@
-"""Acceptance statistics, counted the way people quote them (DESIGN.md §7).
+"""Acceptance statistics, counted the way people quote them: the one tally of the project.
 
 Accept length per verify step = accepted draft tokens + 1 (the bonus token), as SGLang, vLLM and
-the EAGLE papers count it. Per-position rates are kept both ways: unconditional (accepted at
-position i / drafts that proposed position i, as vLLM) and conditional (accepted at i given i-1
-was accepted, comparable with SpecForge's training ``acc_i``).
+the EAGLE papers count it (``schema.BONUS``). Per-position rates are kept both ways:
+unconditional (accepted at position i / drafts that proposed position i, as vLLM) and conditional
+(accepted at i given i-1 was accepted, comparable with SpecForge's training ``acc_i``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from eagle3_top.tracer.schema import BONUS
 
 MAX_POSITIONS = 64
 
@@ -58,19 +59,19 @@ class AcceptanceStats:
         depth = min(max(n - 1, 0), MAX_POSITIONS)
         self.counts += np.bincount(np.minimum(accepted, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
         self.proposed[1 : depth + 1] += b
-        acc_sum = int(accepted.sum())
+        committed = int(accepted.sum()) + b * BONUS  # the request-steps' accept lengths, summed
         self.request_steps += b
         self.verify_steps += steps
         self.drafts_proposed += b * depth
-        self.tokens += acc_sum + b
+        self.tokens += committed
         sec = float(int(ts))
         if not self._buckets or self._buckets[-1][0] != sec:
             self._buckets.append([sec, 0.0, 0.0, 0.0, 0.0])
         bucket = self._buckets[-1]
         bucket[1] += b
-        bucket[2] += acc_sum + b
+        bucket[2] += committed
         bucket[3] += steps
-        bucket[4] += acc_sum + b
+        bucket[4] += committed
 
     def summary(self, now: float) -> AcceptanceSummary:
         rs = self.request_steps
@@ -84,7 +85,7 @@ class AcceptanceStats:
             cond = np.where(at_least[:last] > 0, at_least[1 : last + 1] / np.maximum(at_least[:last], 1), 0.0)
         hist = np.zeros(last + 2, dtype=np.int64)
         hist[1:] = self.counts[: last + 1]
-        mean = float((at_least[1:].sum() + rs) / rs) if rs else 0.0
+        mean = self.mean_accept_length or 0.0
         rate = self.tokens_accepted / self.drafts_proposed if self.drafts_proposed else 0.0
         steps_s, tok_s = self._rates(now)
         return AcceptanceSummary(
@@ -103,6 +104,11 @@ class AcceptanceStats:
     @property
     def tokens_accepted(self) -> int:
         return self.tokens - self.request_steps
+
+    @property
+    def mean_accept_length(self) -> float | None:
+        """Committed tokens per request-step (accept lengths, bonus included); None before any."""
+        return self.tokens / self.request_steps if self.request_steps else None
 
     def _rates(self, now: float) -> tuple[float, float]:
         # Whole seconds only, and not the one still filling, so the rate does not saw-tooth.

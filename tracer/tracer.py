@@ -1,9 +1,9 @@
-"""Engine-neutral tracing: what a verify wrapper and an aux hook hand to the publisher.
+"""The tracer: what an engine adapter's hooks hand over, turned into events on the publisher.
 
-Engine adapters (the built-in engine, SGLang) extract tensors at their read points and call
-``Tracer.make_step`` / ``Tracer.record_aux``. Those calls only start device-to-host copies and
-queue a deferred event; decoding tensors into columns happens on the publisher's sender thread.
-Every call is guarded: an exception is counted and reported in health events, and after
+Engine adapters (``hooks/``: the built-in engine, SGLang) extract tensors at their read points and
+call ``Tracer.make_step`` / ``record_aux`` / ``record_probe``. Those calls only start device-to-host
+copies and queue a deferred event; the bodies are built (``schema``) on the publisher's sender
+thread. Every hook is guarded: an exception is counted and reported in health events, and after
 ``max_errors`` the tracer switches itself off, says so once in the log, and the engine goes on.
 """
 
@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from eagle3_top.tracer.deferred import Deferred, HostCopy
-from eagle3_top.tracer.events import AUX, PROBE, STEP, step_body
-from eagle3_top.tracer.fingerprint import fingerprint
-from eagle3_top.tracer.probe import is_probe_rid, probe_body
-from eagle3_top.tracer.publisher import Publisher
 
-log = logging.getLogger("eagle3_top.hooks")
+from .deferred import Deferred, HostCopy
+from .fingerprint import PendingFingerprint, fingerprint
+from .publisher import MemoryPublisher, Publisher
+from .schema import AUX, PROBE, STEP, aux_body, is_probe_rid, probe_body, step_body
+
+log = logging.getLogger("eagle3_top.tracer")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -110,7 +110,7 @@ class DeferredStep(Deferred):
             step=self.step,
             rids=self.rids,
             draft=draft,
-            accepted=accept_lens - 1,
+            accept_lens=accept_lens,
             tokens=nxt[keep],
             topk=self.topk,
             parents=parents,
@@ -126,7 +126,7 @@ class Tracer:
 
     def __init__(
         self,
-        publisher: Publisher,
+        publisher: Publisher | MemoryPublisher,
         *,
         aux_interval_s: float = 0.5,
         max_errors: int = 20,
@@ -244,7 +244,7 @@ class Tracer:
 
     @staticmethod
     def is_probe(rid: Any) -> bool:
-        """Requests marked as probes (``tracer.probe.PROBE_MARKER`` in the rid) get their rows published."""
+        """Requests marked as probes (``schema.PROBE_MARKER`` in the rid) get their rows published."""
         return is_probe_rid(rid)
 
     def record_probe(self, rid: str, rows: Any, input_ids: Any, offset: int = 0) -> None:
@@ -282,10 +282,8 @@ class DeferredProbe(Deferred):
 class _AuxBody(Deferred):
     __slots__ = ("step", "where", "fp")
 
-    def __init__(self, step: int, where: str, fp: Deferred) -> None:
+    def __init__(self, step: int, where: str, fp: PendingFingerprint) -> None:
         self.step, self.where, self.fp = step, where, fp
 
     def resolve(self) -> dict[str, Any]:
-        body = {"step": self.step, "where": self.where}
-        body.update(self.fp.resolve())
-        return body
+        return aux_body(self.step, self.where, self.fp.resolve())

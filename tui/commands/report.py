@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Iterable
 
-from eagle3_top.tracer.diagnose import Finding
+from eagle3_top.tracer.analysis.findings import Finding
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 

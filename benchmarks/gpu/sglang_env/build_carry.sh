@@ -1,0 +1,47 @@
+#!/bin/bash
+# Build, on your machine, what the GPU scripts carry to the lent H200 machine (Python 3.12, torch
+# 2.11.0+cu130 preinstalled, no package registry): a real SGLang 0.5.17 server's packages, small
+# enough for one device call, and a msgpack wheel for eagle3-top itself.
+#   usage: benchmarks/gpu/sglang_env/build_carry.sh [WHEEL_CACHE]     (from the repo root)
+# Writes build/sglang-h200 (pk/*.tar.xz, one per package of wheels.txt, ~57 MiB, plus setup.sh and
+# mkmodels.py) and build/e3t-extra (msgpack-*.whl); both are git-ignored. Then, in one device call
+# carrying build/sglang-h200 and build/e3t-extra: bash benchmarks/gpu/run_gpu.sh
+# SGLang 0.5.17 is the release whose torch pin (2.11.0) matches the machine's torch; 0.5.18-0.5.21
+# pin 2.13, 0.5.22+ 2.14.1. Needs pip reaching PyPI, unzip and xz; downloads ~480 MB once (cached).
+# What it drops: sglang-kernel's FA3 library (1.1 GB unpacked; serve with --attention-backend triton)
+# and its sm100 / MLA / infllm libraries, and xgrammar's static library: a text-model server on an
+# H200 never loads them.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=build/sglang-h200 extra=build/e3t-extra
+cache=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/sglang-h200-wheels}
+mkdir -p "$out/pk" "$extra" "$cache"
+plat=""
+for p in manylinux_2_34_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64 \
+         manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64; do
+  plat="$plat --platform $p"
+done
+# shellcheck disable=SC2086  # the platform flags are separate words
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  $plat --platform any -d "$cache" -r "$here/wheels.txt"
+# shellcheck disable=SC2086
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  $plat -d "$extra" "msgpack>=1.0"
+stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
+while IFS= read -r spec; do
+  [[ -z $spec || $spec == \#* ]] && continue
+  name=${spec%%==*}; ver=${spec#*==}; norm=${name//-/_}
+  whl=$(ls "$cache"/"${norm}"-"${ver}"-*.whl 2>/dev/null | head -1)
+  [[ -n $whl ]] || { echo "missing wheel for $spec" >&2; exit 1; }
+  d=$stage/$norm; rm -rf "$d"; mkdir -p "$d"; unzip -q "$whl" -d "$d"
+  case $norm in
+    sglang_kernel)  # keep sm90/common_ops (what `import sgl_kernel` loads on an H200)
+      rm -rf "$d/sgl_kernel/flash_ops.abi3.so" "$d/sgl_kernel/flashmla_ops.abi3.so" "$d/sgl_kernel/sm100" \
+             "$d"/sgl_kernel/infllm_ops*.so ;;
+    xgrammar)       # the static library is for building against xgrammar, not for running it
+      rm -f "$d/xgrammar/lib/libxgrammar.a" ;;
+  esac
+  tar -C "$d" -cf - . | xz -9 -T2 > "$out/pk/$norm.tar.xz"
+done < "$here/wheels.txt"
+cp "$here/setup.sh" "$here/mkmodels.py" "$out/"
+du -sh "$out" "$extra"

@@ -1,0 +1,1 @@
+"""The analysis: judging a stream against training. Never loaded in the serving process."""

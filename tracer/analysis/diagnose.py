@@ -1,0 +1,331 @@
+"""The findings engine: every rule that turns evidence into findings, in one place.
+
+``diagnose`` judges what one source's stream showed (its hello, aux fingerprints, acceptance) with or
+without a training manifest; ``judge_probe`` judges a probe exchange (replayed training samples).
+Structural findings (layers, widths, flags) need only the hello; statistical ones
+(``AUX_STATS_DRIFT``, ``ACCEPTANCE_BELOW_TRAINING``) wait for enough evidence and use wide margins,
+so that a healthy server stays quiet. Thresholds are at the top (the slot comparison's in
+``layer_map``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from eagle3_top.tracer.layers import default_native
+from eagle3_top.tracer.schema import AuxWiring, Hello, VocabSummary
+
+from .evidence import SourceEvidence
+from .findings import ERROR, INFO, WARNING, Finding
+from .layer_map import MIN_AUX_ROWS, layer_map
+from .manifest import Manifest
+from .probe_compare import ProbeComparison
+
+__all__ = ["MIN_AUX_ROWS", "MIN_REQUEST_STEPS", "ProbeEvidence", "diagnose", "judge_probe"]
+
+# Request-steps needed before acceptance is compared with training.
+MIN_REQUEST_STEPS = 200
+# Conditional acceptance at a position this far (absolute) below training's acc_i.
+ACCEPT_GAP = 0.25
+
+Add = Callable[..., None]
+
+
+def _fmt(ids: Any) -> str:
+    return "[" + ", ".join(str(i) for i in ids) + "]" if isinstance(ids, (list, tuple)) else str(ids)
+
+
+def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Finding]:
+    """Findings for one source; none before its hello."""
+    out: list[Finding] = []
+    hello = ev.hello
+    if hello is None:
+        return out
+
+    def add(code: str, severity: str, message: str, fix: str, **evidence: Any) -> None:
+        out.append(Finding(code, severity, message, fix, ev.key, evidence))
+
+    _algorithm(hello, manifest, add)
+    _rewrites(hello, add)
+    aux = hello.aux or AuxWiring(ids_read_known=False)
+    if hello.algorithm != "EAGLE":
+        _ids_not_read(hello, aux, manifest, add)
+        _width(hello, aux, add)
+    if manifest is not None:
+        _against_manifest(ev, hello, aux, manifest, add)
+    return out
+
+
+def _algorithm(hello: Hello, manifest: Manifest | None, add: Add) -> None:
+    draft_arch = hello.model.draft_arch or (manifest.draft.arch if manifest is not None else None)
+    if hello.algorithm == "EAGLE" and draft_arch and "eagle3" in draft_arch.lower():
+        add(
+            "ALGORITHM_MISMATCH", ERROR,
+            f"EAGLE-3 draft ({draft_arch}) served with --speculative-algorithm EAGLE: the target feeds "
+            "its final hidden state and the draft skips fc",
+            "serve with --speculative-algorithm EAGLE3",
+            algorithm=hello.algorithm, draft_arch=draft_arch,
+        )  # fmt: skip
+
+
+def _rewrites(hello: Hello, add: Add) -> None:
+    for rw in hello.rewrites:
+        if rw.old is None or hello.requested is None or hello.requested.get(rw.param) is None:
+            continue  # a value the server chose where none was asked for: shown in the UI, not a finding
+        add(
+            "SPEC_PARAM_REWRITTEN", ERROR,
+            f"{rw.param} {rw.old} → {rw.new}: {rw.reason}",
+            f"request what the server will run (e.g. --speculative-{rw.param.replace('_', '-')} {rw.new}) "
+            "or change the flag that forces it",
+            **rw.to_body(),
+        )  # fmt: skip
+
+
+def _ids_not_read(hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: Add) -> None:
+    if aux.use_aux_hidden_state is False or aux.ids_read is not None or not aux.ids_read_known:
+        return
+    n = hello.model.num_layers
+    default = default_native(n) if n is not None else None
+    harmless = manifest is not None and aux.capture_canonical == manifest.concat_order
+    detail = (
+        f"ids {_fmt(aux.declared_ids)} found at the config's top level, where SGLang does not read them"
+        if aux.ids_location == "top_level" and aux.declared_ids is not None
+        else "the draft config has no eagle_config.eagle_aux_hidden_state_layer_ids"
+    )
+    add(
+        "LAYER_IDS_NOT_READ", INFO if harmless else (ERROR if manifest is not None else WARNING),
+        f"server fell back to its default capture layers {_fmt(default)} (native): {detail}",
+        "nest eagle_aux_hidden_state_layer_ids under eagle_config in the draft's config.json",
+        served_native=aux.capture_native, declared_ids=aux.declared_ids, ids_location=aux.ids_location,
+    )  # fmt: skip
+
+
+def _width(hello: Hello, aux: AuxWiring, add: Add) -> None:
+    width, expected = aux.width, aux.expected_width
+    if width is None or expected is None or width == expected:
+        return
+    if aux.use_aux_hidden_state is not False:
+        add(
+            "AUX_WIDTH_MISMATCH", ERROR,
+            f"aux width {width} ({aux.slots} slots × {hello.model.hidden_size}) but the draft's fc expects {expected}",
+            "make the layer ids distinct and below num_layers - 1 so every slot is captured, "
+            "and pair the draft with the target it was trained on",
+            width=width, expected_width=expected, slots=aux.slots,
+        )  # fmt: skip
+    else:  # the same silent fallback as ALGORITHM_MISMATCH, from one config key
+        add(
+            "AUX_WIDTH_MISMATCH", ERROR,
+            "the draft config's eagle_config.use_aux_hidden_state is false: the target captures no aux "
+            f"layers and feeds the draft its final hidden state ({width} wide), so the draft skips "
+            f"its fc, which expects {expected}",
+            "remove use_aux_hidden_state: false from the draft's eagle_config (an EAGLE-3 draft is "
+            "trained on the aux layers)",
+            width=width, expected_width=expected, use_aux_hidden_state=False,
+        )  # fmt: skip
+
+
+def _against_manifest(ev: SourceEvidence, hello: Hello, aux: AuxWiring, manifest: Manifest, add: Add) -> None:
+    trained = manifest.concat_order
+    served, native = aux.capture_canonical, aux.capture_native
+    eagle3 = hello.algorithm != "EAGLE"
+    if served and eagle3:
+        if sorted(set(served)) != sorted(set(trained)) or len(served) != len(trained):
+            add(
+                "LAYER_MAP_MISMATCH", ERROR,
+                f"served layers {_fmt(served)} (canonical; engine-native {_fmt(native)}), "
+                f"trained {_fmt(trained)}",
+                "serve the draft with the layers it was trained on: put "
+                f"eagle_config.eagle_aux_hidden_state_layer_ids = {_fmt(manifest.layer_ids)} in the draft's config.json",
+                served=served, trained=trained,
+            )  # fmt: skip
+        elif served != trained:
+            add(
+                "LAYER_ORDER_MISMATCH", ERROR,
+                f"same layers, different concatenation order: served {_fmt(served)}, trained {_fmt(trained)}",
+                "list the layer ids in ascending order in training and serving (servers concatenate ascending)",
+                served=served, trained=trained,
+            )  # fmt: skip
+    hidden = hello.model.hidden_size
+    if hidden is not None and hidden != manifest.slot_width:
+        add(
+            "AUX_WIDTH_MISMATCH", ERROR,
+            f"target hidden size {hidden}, the draft was trained on aux slots of width {manifest.slot_width}",
+            "serve the draft with the target model it was trained on",
+            hidden=hidden, trained_slot_width=manifest.slot_width,
+        )  # fmt: skip
+    elif aux.slots and aux.slots != len(trained) and eagle3:
+        add(
+            "AUX_WIDTH_MISMATCH", ERROR,
+            f"{aux.slots} aux slots captured, the draft was trained on {len(trained)}",
+            "make the layer ids distinct and reachable (below num_layers - 1) so every slot is captured",
+            slots=aux.slots, trained_slots=len(trained),
+        )  # fmt: skip
+    _drift(ev, hello, manifest, add)
+    _acceptance(ev, manifest, add)
+    _vocab(hello, manifest, add)
+
+
+def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add) -> None:
+    bad = [r for r in layer_map(hello, ev.aux_merged.merged(), manifest) if r.stats_ok is False]
+    if not bad:
+        return
+    desc = "; ".join(
+        f"slot {r.slot} (trained layer {r.trained}) rms {r.rms_live:.3g} vs {r.rms_trained:.3g}, cos {r.cosine:.2f}"
+        if r.cosine is not None
+        else f"slot {r.slot} rms {r.rms_live:.3g} vs {r.rms_trained:.3g}"
+        for r in bad
+    )
+    add(
+        "AUX_STATS_DRIFT", ERROR,
+        f"live aux states differ from training: {desc}",
+        "check that the server captures the trained layers of the trained target (same weights, dtype, quantisation)",
+        slots=[asdict(r) for r in bad], rows=ev.aux_merged.rows,
+    )  # fmt: skip
+
+
+def _acceptance(ev: SourceEvidence, manifest: Manifest, add: Add) -> None:
+    acc = manifest.training_acc
+    s = ev.acceptance.summary(0.0)
+    if not acc or s.request_steps < MIN_REQUEST_STEPS or not len(s.conditional):
+        return
+    low = [
+        {"position": i + 1, "live": round(float(live_c), 3), "trained": round(train_c, 3)}
+        for i, (live_c, train_c) in enumerate(zip(s.conditional, acc, strict=False))
+        if live_c < train_c - ACCEPT_GAP
+    ]
+    if low:
+        desc = ", ".join(f"pos {d['position']}: {d['live']:.2f} vs {d['trained']:.2f}" for d in low)
+        add(
+            "ACCEPTANCE_BELOW_TRAINING", WARNING,
+            f"conditional acceptance far below training acc_i ({desc}); mean accept length "
+            f"{s.mean_accept_length:.2f}",
+            "fix any wiring finding first; if there is none, the draft does not generalise to this traffic",
+            positions=low, request_steps=s.request_steps, mean_accept_length=s.mean_accept_length,
+        )  # fmt: skip
+
+
+def _vocab(hello: Hello, manifest: Manifest, add: Add) -> None:
+    for where, v in (("manifest", manifest.vocab), ("server", hello.vocab)):
+        problem = vocab_problem(v, manifest.draft.draft_vocab_size)
+        if problem:
+            add(
+                "VOCAB_MAP_INVALID", ERROR, f"d2t ({where}): {problem}",
+                "regenerate the vocab mapping (d2t offsets, target = draft + d2t[draft]) from the training data",
+                summary=None if v is None else v.to_body(),
+            )  # fmt: skip
+            return
+
+
+def vocab_problem(v: VocabSummary | None, draft_vocab_size: int | None) -> str | None:
+    if v is None:
+        return None
+    size, vocab = v.size, v.vocab_size
+    if draft_vocab_size is not None and size != draft_vocab_size:
+        return f"{size} entries, draft_vocab_size is {draft_vocab_size}"
+    if (v.min_target or 0) < 0 or (vocab is not None and (v.max_target or 0) >= vocab):
+        return f"maps into [{v.min_target}, {v.max_target}], outside the target vocabulary of {vocab}"
+    if size is not None and v.unique_targets is not None and v.unique_targets < size:
+        return f"{size - v.unique_targets} draft ids map to a target id already taken"
+    if v.all_zero and vocab is not None and size is not None and size < vocab:
+        return (
+            "all offsets are zero (identity map onto the first draft_vocab_size tokens: an uninitialised d2t)"
+        )
+    return None
+
+
+# -- probe exchanges -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeEvidence:
+    """What a probe exchange saw: the slot comparisons and the acceptance on both sides of the fork."""
+
+    source: str
+    comparisons: Sequence[ProbeComparison]
+    matrix: np.ndarray | None  # row-weighted over the comparisons; None = no aligned rows
+    mapping: list[int | None]
+    mapping_text: str
+    aux_ok: bool  # every served slot matches its trained slot, in every comparison
+    trained_layers: list[int]
+    served_layers: list[int]
+    probe_accept: float | None  # accept length on the training continuations
+    live_accept: float | None  # accept length of other traffic meanwhile
+    num_draft_tokens: int | None  # the server's effective verify width
+
+
+def low_accept_threshold(expected: float | None, num_draft_tokens: int | None) -> float:
+    """Accept length below which acceptance counts as low: halfway between 1 and the training
+    expectation (accept length incl. bonus), or 40 % of the way to the verify width."""
+    if expected is not None and expected > 1:
+        return 1.0 + 0.5 * (expected - 1.0)
+    n = num_draft_tokens if isinstance(num_draft_tokens, int) and num_draft_tokens > 1 else 4
+    return 1.0 + 0.4 * (n - 1)
+
+
+def judge_probe(pe: ProbeEvidence, manifest: Manifest | None) -> tuple[str, Finding]:
+    """The verdict of a probe exchange and its finding: wiring (aux rows differ, or match yet
+    acceptance is low on training's own samples), generalisation (high on training samples, low
+    live), or healthy (``PROBE_OK``, info)."""
+    expected = (
+        manifest.training.expected_accept_length if manifest is not None and manifest.training else None
+    )
+    low = low_accept_threshold(expected, pe.num_draft_tokens)
+    probe_low = pe.probe_accept is not None and pe.probe_accept < low
+    live_low = (
+        pe.live_accept is not None
+        and pe.probe_accept is not None
+        and pe.live_accept < min(low, 0.8 * pe.probe_accept)
+    )
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    live_txt = f"live {fmt(pe.live_accept)}" if pe.live_accept is not None else "no live traffic seen"
+    accept_txt = f"accept length on training samples {fmt(pe.probe_accept)} ({live_txt}; low below {low:.2f})"
+    evid: dict[str, Any] = {
+        "matrix": None if pe.matrix is None else np.round(pe.matrix, 4).tolist(),
+        "mapping": pe.mapping,
+        "mapping_text": pe.mapping_text,
+        "trained_layers": pe.trained_layers,
+        "served_layers": pe.served_layers,
+        "samples": len(pe.comparisons),
+        "rows": sum(c.rows for c in pe.comparisons),
+        "probe_accept_length": pe.probe_accept,
+        "live_accept_length": pe.live_accept,
+    }
+    src = pe.source
+    if not pe.aux_ok:
+        ids = (
+            f"eagle_config.eagle_aux_hidden_state_layer_ids = {manifest.layer_ids}"
+            if manifest
+            else "check eagle_config.eagle_aux_hidden_state_layer_ids"
+        )
+        return "wiring: the draft is fed other hidden states than in training", Finding(
+            "PROBE_MISMATCH", ERROR,
+            f"replayed training samples: {pe.mapping_text}; {accept_txt}",
+            f"serve the draft with the layers (and order) it was trained on: {ids} in the draft's config.json",
+            src, evid,
+        )  # fmt: skip
+    if probe_low:
+        return "wiring: aux rows match training, yet acceptance is low on the training samples themselves", Finding(
+            "ACCEPTANCE_BELOW_TRAINING", ERROR,
+            f"aux rows match training slot by slot, but {accept_txt}: not a generalisation problem",
+            "check the rest of the draft's wiring: d2t vocabulary map, norm_before_fc/fc_norm, the draft weights and dtype",
+            src, evid,
+        )  # fmt: skip
+    if live_low:
+        return "generalisation: high acceptance on training data, low on live traffic", Finding(
+            "ACCEPTANCE_BELOW_TRAINING", WARNING,
+            f"aux rows match training and {accept_txt}: the draft does not generalise to this traffic",
+            "train the draft on data closer to the live traffic (same chat template, domains, lengths)",
+            src, evid,
+        )  # fmt: skip
+    verdict = "healthy: every served slot matches its trained slot" + (
+        "" if pe.probe_accept is None else f"; {accept_txt}"
+    )
+    return verdict, Finding(
+        "PROBE_OK", INFO, f"replayed training samples: {pe.mapping_text}; {accept_txt}", "", src, evid
+    )

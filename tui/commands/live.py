@@ -1,0 +1,47 @@
+"""``eagle3-top [--manifest M] [ENDPOINT ...]``: the live monitor."""
+
+from __future__ import annotations
+
+import argparse
+
+from .curve_args import add_curve_arguments, curve_from
+from .report import EXIT_OK, fail
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
+
+
+def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="eagle3-top", usage=usage, description="Live monitor for EAGLE-3 speculative decoding."
+    )
+    p.add_argument(
+        "endpoints",
+        nargs="*",
+        metavar="ENDPOINT",
+        help="tcp://HOST:PORT or ipc://PATH (HOST:PORT is read as tcp)",
+    )
+    p.add_argument("--manifest", metavar="M", help="training manifest to diagnose against")
+    add_curve_arguments(p)
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def main(argv: list[str], usage: str | None = None) -> int:
+    ns = build_parser(usage).parse_args(argv)
+    if ns.version:
+        from eagle3_top.tracer import __version__
+
+        print(__version__)
+        return EXIT_OK
+    from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
+    from eagle3_top.tracer.curve import KeyError_
+
+    try:
+        manifest = load_manifest(ns.manifest) if ns.manifest else None
+        curve = curve_from(ns)
+    except (ManifestError, KeyError_) as exc:
+        return fail("eagle3-top", str(exc))
+    from eagle3_top.tui.app import run_app
+
+    run_app(ns.endpoints or [DEFAULT_ENDPOINT], manifest=manifest, curve=curve)
+    return EXIT_OK

@@ -1,0 +1,58 @@
+"""The monitor's use of the findings engine: each source re-judged at most once a second (and at
+once when its hello changes), on the receive worker's thread, never under the lock the UI takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eagle3_top.tracer.analysis.diagnose import diagnose
+from eagle3_top.tracer.analysis.evidence import EvidenceBook
+from eagle3_top.tracer.analysis.findings import Finding, worst_first
+from eagle3_top.tracer.analysis.layer_map import SlotRow, layer_map
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.schema import Hello
+
+FINDINGS_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    findings: tuple[Finding, ...] = ()  # errors first
+    layer_rows: tuple[SlotRow, ...] = ()  # with a manifest only
+    error: str | None = None  # the engine itself failed on this evidence
+
+
+@dataclass
+class _Due:
+    at: float = float("-inf")
+    hello: Hello | None = None
+
+
+@dataclass
+class Diagnoser:
+    manifest: Manifest | None = None
+    every_s: float = FINDINGS_EVERY_S
+    _due: dict[str, _Due] = field(default_factory=dict)
+
+    def run(self, book: EvidenceBook, now: float) -> dict[str, Diagnosis]:
+        """Fresh diagnoses of the sources that are due. Call from the thread that feeds ``book``:
+        it reads the evidence while nothing else writes it."""
+        out: dict[str, Diagnosis] = {}
+        for key, st in list(book.sources.items()):
+            if st.hello is None:
+                continue
+            due = self._due.setdefault(key, _Due())
+            if due.hello is st.hello and now - due.at < self.every_s:
+                continue
+            due.at, due.hello = now, st.hello
+            try:
+                found = worst_first(diagnose(st, self.manifest))
+                rows: tuple[SlotRow, ...] = ()
+                if self.manifest is not None:
+                    rows = tuple(layer_map(st.hello, st.aux_merged.merged(), self.manifest))
+                out[key] = Diagnosis(found, rows)
+            except Exception as exc:  # odd evidence costs this source's findings, not the monitor
+                out[key] = Diagnosis(error=f"diagnosis failed: {type(exc).__name__}: {exc}"[:200])
+        for key in set(self._due) - set(book.sources):
+            del self._due[key]  # evicted sources
+        return out

@@ -1,0 +1,214 @@
+"""What the UI draws: immutable snapshots of the evidence book, taken a few times a second.
+
+Pure Python + numpy (no textual import), so it can be tested and benchmarked on its own. Only the
+latest step event of each source is kept; the few proposal rows on screen are materialised here,
+at snapshot time, not per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from eagle3_top.tracer.analysis.acceptance import AcceptanceSummary
+from eagle3_top.tracer.analysis.evidence import EvidenceBook
+from eagle3_top.tracer.analysis.findings import Finding
+from eagle3_top.tracer.analysis.layer_map import SlotRow
+from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
+from eagle3_top.tracer.schema import AuxSample, Health, Hello, StepView
+
+from .diagnosis import Diagnosis
+
+STALE_AFTER_S = 3.0
+PROPOSAL_ROWS = 3
+
+
+@dataclass(frozen=True)
+class ProposalRow:
+    """One request of the latest step, ready to draw."""
+
+    rid: str
+    root: int
+    proposals: tuple[int, ...]  # draft tokens after the root, in block order
+    accepted_mask: tuple[bool, ...]  # per proposal: on the accepted path
+    accepted: int  # accepted drafts (bonus excluded)
+    bonus: int | None  # the bonus token committed after the accepted drafts
+    tree: bool
+
+
+@dataclass(frozen=True)
+class SourceSnapshot:
+    key: str  # host:pid:rN
+    host: str
+    pid: str
+    rank: str
+    engine: str
+    name: str  # host:pid:rank + engine, for the table
+    hello: Hello | None
+    health: Health | None
+    aux: AuxSample | None
+    summary: AcceptanceSummary
+    proposals: tuple[ProposalRow, ...]
+    last_batch: int
+    last_n: int
+    last_topk: int
+    stale: bool
+    age_s: float  # seconds since the last event from this source
+    received: int  # events received (transport counter)
+    missed: int  # sequence holes (transport counter)
+    steps: int
+    step_errors: int
+    hellos: int
+    auxes: int
+    probes: int
+    findings: tuple[Finding, ...] = ()  # errors first
+    findings_error: str | None = None
+    layer_rows: tuple[SlotRow, ...] = ()  # with a manifest only
+    probe: ProbeComparison | None = None  # the latest probe against the manifest
+    probe_note: str | None = None  # why the latest probe event could not be compared
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    sources: tuple[SourceSnapshot, ...]
+    endpoints: tuple[tuple[str, str], ...] = ()
+    malformed: int = 0
+    last_malformed: str | None = None
+    unknown_kinds: int = 0
+    frames: int = 0
+    bytes: int = 0
+    events: int = 0
+
+    def source(self, key: str | None) -> SourceSnapshot | None:
+        for s in self.sources:
+            if s.key == key:
+                return s
+        return None
+
+
+@dataclass(frozen=True)
+class Transport:
+    """The subscriber's side of the picture, copied out with the snapshot."""
+
+    sources: Mapping[str, tuple[int, int]]  # src -> (received, missed)
+    endpoints: Mapping[str, str]
+    malformed: int = 0
+    last_malformed: str | None = None
+    unknown_kinds: int = 0
+    frames: int = 0
+    bytes: int = 0
+
+
+def proposal_rows(sv: StepView | None, rows: int = PROPOSAL_ROWS) -> tuple[ProposalRow, ...]:
+    if sv is None or sv.batch == 0 or sv.n == 0:
+        return ()
+    k = min(rows, sv.batch)
+    acc = sv.accepted[:k].astype(np.int64)
+    # offsets of each request's committed tokens: the accept lengths of the rows before it
+    offsets = np.concatenate(([0], np.cumsum(sv.accept_lengths[:k])[:-1]))
+    out = []
+    for i in range(k):
+        draft = sv.draft[i]
+        a = int(acc[i])
+        off = int(offsets[i])
+        committed = sv.tokens[off : off + a + 1]
+        bonus = int(committed[a]) if committed.size > a else None
+        if sv.parents is None:
+            mask = tuple(j < a for j in range(sv.n - 1))
+        else:
+            mask = _tree_path(draft, sv.parents[i], committed[:a])
+        out.append(
+            ProposalRow(
+                rid=sv.rids[i],
+                root=int(draft[0]),
+                proposals=tuple(int(t) for t in draft[1:]),
+                accepted_mask=mask,
+                accepted=a,
+                bonus=bonus,
+                tree=sv.parents is not None,
+            )
+        )
+    return tuple(out)
+
+
+def _tree_path(draft: np.ndarray, parents: np.ndarray, accepted_tokens: np.ndarray) -> tuple[bool, ...]:
+    """Mark the nodes (1..n-1) on the accepted path: follow children whose token was committed."""
+    n = draft.shape[0]
+    mask = [False] * (n - 1)
+    cur = 0
+    for tok in accepted_tokens:
+        nxt = -1
+        for j in range(1, n):
+            if parents[j] == cur and draft[j] == tok:
+                nxt = j
+                break
+        if nxt < 0:
+            break
+        mask[nxt - 1] = True
+        cur = nxt
+    return tuple(mask)
+
+
+def take_snapshot(
+    book: EvidenceBook,
+    diagnoses: Mapping[str, Diagnosis],
+    now: float,
+    transport: Transport | None = None,
+    *,
+    stale_after_s: float = STALE_AFTER_S,
+    proposals: int = PROPOSAL_ROWS,
+) -> Snapshot:
+    """An immutable view of every source; the caller holds the book's lock."""
+    transport = transport or Transport({}, {})
+    out = []
+    for key, st in book.sources.items():
+        host, pid, rank = st.host_pid_rank
+        received, missed = transport.sources.get(key, (st.events, 0))
+        age = max(0.0, now - st.last_seen)
+        sv = st.latest_step()
+        diag = diagnoses.get(key) or Diagnosis()
+        out.append(
+            SourceSnapshot(
+                key=key,
+                host=host,
+                pid=pid,
+                rank=rank,
+                engine=st.engine,
+                name=f"{key} {st.engine}",
+                hello=st.hello,
+                health=st.health,
+                aux=st.aux,
+                summary=st.acceptance.summary(now),
+                proposals=proposal_rows(sv, proposals),
+                last_batch=sv.batch if sv else 0,
+                last_n=sv.n if sv else 0,
+                last_topk=sv.topk if sv else 0,
+                stale=age > stale_after_s,
+                age_s=age,
+                received=received,
+                missed=missed,
+                steps=st.steps,
+                step_errors=st.step_errors,
+                hellos=st.hellos,
+                auxes=st.auxes,
+                probes=st.probes,
+                findings=diag.findings,
+                findings_error=diag.error,
+                layer_rows=diag.layer_rows,
+                probe=st.probe,
+                probe_note=st.probe_note,
+            )
+        )
+    return Snapshot(
+        now=now,
+        sources=tuple(out),
+        endpoints=tuple(transport.endpoints.items()),
+        malformed=transport.malformed,
+        last_malformed=transport.last_malformed,
+        unknown_kinds=transport.unknown_kinds,
+        frames=transport.frames,
+        bytes=transport.bytes,
+        events=book.events,
+    )
