@@ -16,10 +16,11 @@ from benchmarks.common import best_of, machine, step_arrays
 
 def run(batch: int = 64, n: int = 16) -> dict[str, float]:
     s = step_arrays(batch, n)
-    offsets = np.concatenate([[0], np.cumsum(s.accepted + 1)])
+    accept_lens = s.accepted + 1  # what engines hold: accepted drafts + the bonus token
+    offsets = np.concatenate([[0], np.cumsum(accept_lens)])
 
     def ours() -> bytes:
-        body = step_body(step=1, rids=s.rids, draft=s.draft, accept_lens=s.accepted + 1, tokens=s.tokens)
+        body = step_body(step=1, rids=s.rids, draft=s.draft, accept_lens=accept_lens, tokens=s.tokens)
         return encode("step", "h:1:r0", 1, 0.0, body)
 
     def per_request() -> bytes:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     t0 = time.perf_counter()
     m = build_manifest(draft_dir=draft_dir(), data=ns.dir, target_config=target_dir(), max_files=None)
     t_build = time.perf_counter() - t0
-    assert m["reference"]["files"] == len(files), "bench dir holds other files"
+    assert m.reference.files == len(files), "bench dir holds other files"
     print(f"  torch.load alone   {len(files) / t_load:9.0f} files/s ({t_load:.1f}s)")
     print(f"  manifest build     {len(files) / t_build:9.0f} files/s ({t_build:.1f}s)")
     print(f"  build / load speed: {t_load / t_build:.3f}  (target >= 0.8)")

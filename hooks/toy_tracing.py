@@ -25,7 +25,7 @@ def _spec(args: Any) -> SpecConfig:
 def toy_hello(engine: Any) -> Hello:
     """The hello of the built-in engine, read from its live objects like SGLang's."""
     sa = engine.server_args
-    rewrites = tuple(r for r in map(Rewrite.from_body, sa.rewrites) if r is not None)
+    rewrites = tuple(map(Rewrite.from_body, sa.rewrites))
     return wiring_report(
         engine="toy",
         engine_version=__version__,

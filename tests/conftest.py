@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib.metadata
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import zmq
@@ -56,3 +57,21 @@ def raw_pub() -> Iterator[tuple[zmq.Socket, str]]:
 @pytest.fixture
 def recording_pub() -> MemoryPublisher:
     return MemoryPublisher()
+
+
+# -- the live app under a Pilot -------------------------------------------------------------------
+
+
+def screen_text(app: Any) -> str:
+    """What the app's screen shows, as text: what a user sees."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def wait_until(pilot: Any, cond: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
+    """Poll ``cond`` between short pauses of the app; fail with the screen after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await pilot.pause(0.03)
+    raise AssertionError(f"timed out waiting for {what or cond}\n{screen_text(pilot.app)}")

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import screen_text, wait_until
 from eagle3_top.tracer.analysis.manifest import load_manifest
 from eagle3_top.tracer.analysis.probe_compare import compare, mapping_text, similarity_matrix, slot_mapping
 from eagle3_top.tracer.analysis.probe_run import probe_rid
@@ -352,19 +353,6 @@ def test_probe_over_curve_needs_the_keys(manifest, tmp_path) -> None:
 
 
 # -- the TUI's probe panel ----------------------------------------------------------------------------
-
-
-def screen_text(app) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-async def wait_until(pilot, cond, timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await pilot.pause(0.03)
-    raise AssertionError(f"timed out waiting for {what}\n{screen_text(pilot.app)}")
 
 
 async def test_probe_panel_shows_matrix_and_verdict(manifest) -> None:

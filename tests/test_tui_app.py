@@ -13,6 +13,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+from conftest import screen_text, wait_until
 from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import STEP, Hello, SourceId, encode, step_body
 from eagle3_top.tui.app import Eagle3TopApp
@@ -55,19 +56,6 @@ HELLO = {
         "expected_width": 24576,
     },
 }
-
-
-def screen_text(app: Eagle3TopApp) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-async def wait_until(pilot, cond: Callable[[], object], timeout: float = 4.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await pilot.pause(0.03)
-    raise AssertionError(f"timed out waiting for {what or cond}\n{screen_text(pilot.app)}")
 
 
 def shows(app: Eagle3TopApp, text: str) -> Callable[[], bool]:

@@ -148,10 +148,6 @@ class Publisher(TracerState):
         self.hello, self._hello = hello, body
         self.publish(HELLO, body)
 
-    @property
-    def queue_depth(self) -> int:
-        return len(self._queue)
-
     def health(self) -> Health:
         return Health(
             sent=self.sent,

@@ -274,7 +274,7 @@ def wiring_report(
             ids_location=where,
             ids_read=ids_read,
             ids_read_known=ids_read_known,
-            use_aux_hidden_state=use_aux_hidden_state,
+            use_aux_hidden_state=use_aux_hidden_state is not False,  # unknown: SGLang's default, on
             capture_native=native,
             capture_canonical=canonical,
             capture_source=live.source,

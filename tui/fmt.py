@@ -26,12 +26,9 @@ def vblock(level: float) -> str:
     return _VBLOCKS[int(round(level * 8))]
 
 
-def num(x: Any, fmt: str = "{:,.1f}") -> str:
-    if isinstance(x, bool) or x is None:
-        return "—"
-    if isinstance(x, (int, float)):
-        return fmt.format(x)
-    return str(x)
+def num(v: float | None, spec: str = ".3g") -> str:
+    """A number in ``format`` spec ``spec``, or a dash for none."""
+    return "—" if v is None else format(v, spec)
 
 
 def short(s: Any, width: int) -> str:

@@ -9,11 +9,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from .fmt import num
 from .snapshot import SourceSnapshot
-
-
-def _num(v: float | None, fmt: str = ".3g") -> str:
-    return "—" if v is None else format(v, fmt)
 
 
 def render_layer_map(src: SourceSnapshot | None) -> Text:
@@ -33,8 +30,8 @@ def render_layer_map(src: SourceSnapshot | None) -> Text:
         served = "—" if r.served is None else str(r.served)
         trained = "—" if r.trained is None else str(r.trained)
         t.append(
-            f"           {r.slot:4d} {trained:>7s} {served:>6s}  {_num(r.rms_live):>7s}/{_num(r.rms_trained):<7s} "
-            f"{_num(r.cosine, '.2f'):>5s}  ",
+            f"           {r.slot:4d} {trained:>7s} {served:>6s}  {num(r.rms_live):>7s}/{num(r.rms_trained):<7s} "
+            f"{num(r.cosine, '.2f'):>5s}  ",
             style=style,
         )
         t.append(status + "\n", style=style or "green")

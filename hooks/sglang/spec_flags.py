@@ -151,9 +151,9 @@ def spec_report(
         rewrites.append({"param": "max_running_requests", "from": frm, "to": to, "reason": reason})
 
     return SpecReport(
-        requested=SpecConfig.from_body(requested) or SpecConfig(),
-        effective=SpecConfig.from_body(effective) or SpecConfig(),
-        rewrites=tuple(r for r in map(Rewrite.from_body, rewrites) if r is not None),
+        requested=SpecConfig.from_body(requested),
+        effective=SpecConfig.from_body(effective),
+        rewrites=tuple(map(Rewrite.from_body, rewrites)),
         requested_source=source,
         max_running_requests=(requested.get("max_running_requests"), effective.get("max_running_requests")),
     )

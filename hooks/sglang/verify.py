@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eagle3_top.tracer.tracer import DeferredStep, Tracer
+from eagle3_top.tracer.pending import DeferredStep
+from eagle3_top.tracer.tracer import Tracer
 
 # Attributes the wrapper reads; checked once against the live objects (plugin.check_internals).
 VERIFY_INPUT_ATTRS = (

@@ -175,12 +175,16 @@ class EvidenceBook:
             kind = ev.kind
             try:
                 if kind == STEP:
-                    cols = step_columns(ev.body)
-                    if cols.accepted.size == 0:
+                    n, accepted, carried = step_columns(ev.body)
+                    if accepted.size == 0:
                         st._stepped(ev)
                         used += 1
                     else:  # counted with its group below
-                        groups.setdefault((ev.src, cols.n), []).append((ev, cols.accepted, cols.tokens))
+                        g = groups.get((ev.src, n))
+                        if g is None:
+                            groups[(ev.src, n)] = [(ev, accepted, carried)]
+                        else:
+                            g.append((ev, accepted, carried))
                     continue
                 if kind == HEALTH:
                     st.health = Health.from_body(ev.body)

@@ -278,7 +278,7 @@ def _parse(data: Mapping[str, Any], path: str) -> Manifest:
             fp, int(ref.get("files") or 0), int(ref.get("tokens") or 0), _opt(ref, "data", str)
         ),
         probes=probes,
-        vocab=VocabSummary.from_body(vocab),
+        vocab=VocabSummary.from_body(vocab) if isinstance(vocab, dict) else None,
         vocab_source=_opt(vocab, "source", str) if isinstance(vocab, dict) else None,
         training=None
         if not isinstance(training, dict)

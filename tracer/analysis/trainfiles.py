@@ -20,7 +20,6 @@ import os
 import pickle
 import re
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,11 +159,6 @@ def parse_sample(path: str, data: Any) -> TrainingSample:
 
 def load_sample(path: str) -> TrainingSample:
     return parse_sample(path, torch_load(path))
-
-
-def iter_samples(paths: list[str]) -> Iterator[TrainingSample]:
-    for p in paths:
-        yield load_sample(p)
 
 
 @dataclass

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from .curve_args import add_curve_arguments, curve_from
-from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, print_findings, print_json
+from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, print_json
 
 PROG = "eagle3-top check"
 
@@ -31,10 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        ns = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return EXIT_USAGE if exc.code else EXIT_OK
+    ns = parse(build_parser(), argv)
+    if isinstance(ns, int):
+        return ns
     from eagle3_top.tracer.analysis.check import NoStream, watch
     from eagle3_top.tracer.analysis.findings import has_errors
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest

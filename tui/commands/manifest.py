@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .report import EXIT_OK, EXIT_USAGE, fail
+from .report import EXIT_OK, fail, parse
 
 PROG = "eagle3-top manifest"
 
@@ -39,10 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        ns = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return EXIT_USAGE if exc.code else EXIT_OK
+    ns = parse(build_parser(), argv)
+    if isinstance(ns, int):
+        return ns
     return show(ns.manifest) if ns.action == "show" else build(ns)
 
 

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from .curve_args import add_curve_arguments, curve_from
-from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, print_findings, print_json
+from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, print_json
 
 
 def _fail(msg: str) -> int:
@@ -43,11 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    p = build_parser()
-    try:
-        ns = p.parse_args(argv)
-    except SystemExit as exc:
-        return EXIT_USAGE if exc.code else EXIT_OK
+    ns = parse(build_parser(), argv)
+    if isinstance(ns, int):
+        return ns
     if not ns.manifest and not ns.data:
         return _fail("give --manifest M (its probe samples) or --data DIR (training files)")
     if ns.samples < 1 or ns.max_new_tokens < 1 or ns.timeout <= 0:

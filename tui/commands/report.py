@@ -1,7 +1,9 @@
-"""How the headless commands (`check`, `probe`) print findings and failures."""
+"""How the headless commands (`check`, `probe`, `manifest`) read their flags and print findings and
+failures, and what their exit codes mean."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterable
@@ -9,6 +11,14 @@ from collections.abc import Iterable
 from eagle3_top.tracer.analysis.findings import Finding
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | int:
+    """The flags, or the exit code when argparse has already answered (usage error 2, --help 0)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
 
 
 def fail(command: str, msg: str) -> int:

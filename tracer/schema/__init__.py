@@ -1,0 +1,56 @@
+"""The wire schema, v1: every key of the stream is written and read here, and nowhere else.
+
+One msgpack map per ZeroMQ message: an envelope (``v``, ``kind``, ``src``, ``seq``, ``ts``) and the
+kind's own keys beside it (docs/protocol.md). For every kind, one module holds the builder the
+publishing side calls (the tracer and both engines' adapters) and the typed view every reader gets
+(the live monitor, ``check``, ``probe``, the analysis). Validation happens there, once:
+
+- the envelope and the step, aux and probe bodies are strict: a wrong value raises ``DecodeError``
+  with one line, because it would corrupt a tally or a comparison;
+- the hello and health bodies are tolerant, as the protocol promises: a key that is absent or of
+  the wrong type reads as its default, so a reader never crashes on an odd or newer publisher.
+
+Import from here: ``from eagle3_top.tracer.schema import Hello, step_view, ...``.
+"""
+
+from .aux import AuxSample, Fingerprint, aux_body, aux_view
+from .envelope import (
+    AUX,
+    HEALTH,
+    HELLO,
+    KINDS,
+    PROBE,
+    SCHEMA_VERSION,
+    STEP,
+    DecodeError,
+    Event,
+    SourceId,
+    decode,
+    encode,
+    split_source_key,
+)
+from .health import Health
+from .hello import SPEC_KEYS, AuxWiring, Hello, ModelInfo, Rewrite, SpecConfig, VocabSummary
+from .probe import PROBE_AUX_DTYPE, PROBE_MARKER, ProbeRows, is_probe_rid, probe_body, probe_view
+from .step import (
+    BONUS,
+    TOKEN_DTYPE,
+    StepColumns,
+    StepView,
+    accept_length,
+    accepted_drafts,
+    check_values,
+    column,
+    step_body,
+    step_columns,
+    step_view,
+)
+
+__all__ = [
+    "AUX", "BONUS", "HEALTH", "HELLO", "KINDS", "PROBE", "PROBE_AUX_DTYPE", "PROBE_MARKER", "SCHEMA_VERSION",
+    "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "Event", "Fingerprint",
+    "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
+    "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",
+    "column", "decode", "encode", "is_probe_rid", "probe_body", "probe_view", "split_source_key",
+    "step_body", "step_columns", "step_view",
+]  # fmt: skip

@@ -1,0 +1,96 @@
+"""The envelope every event carries, and the frame it travels in."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+SCHEMA_VERSION = 1
+
+HELLO = "hello"
+STEP = "step"
+AUX = "aux"
+PROBE = "probe"
+HEALTH = "health"
+KINDS = frozenset({HELLO, STEP, AUX, PROBE, HEALTH})
+
+MAX_FRAME_BIN = 64 << 20  # the largest bin a frame may carry (a probe's rows)
+
+
+class DecodeError(ValueError):
+    """A frame or body that is not valid v1; the message says what is wrong in one line."""
+
+
+@dataclass(frozen=True)
+class SourceId:
+    """Who published an event: one engine rank in one process on one host."""
+
+    host: str
+    pid: int
+    rank: int = 0
+    engine: str = "unknown"
+
+    @property
+    def key(self) -> str:
+        return f"{self.host}:{self.pid}:r{self.rank}"
+
+    @staticmethod
+    def local(rank: int = 0, engine: str = "unknown") -> SourceId:
+        return SourceId(socket.gethostname(), os.getpid(), rank, engine)
+
+
+def split_source_key(key: str) -> tuple[str, str, str]:
+    """``HOST:PID:rRANK`` → (host, pid, rank); the host may hold ':' itself (IPv6)."""
+    parts = key.rsplit(":", 2)
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    return key, "?", "?"
+
+
+@dataclass
+class Event:
+    kind: str
+    src: str
+    seq: int
+    ts: float
+    body: dict[str, Any] = field(default_factory=dict)
+    version: int = SCHEMA_VERSION
+
+
+def encode(kind: str, src: str, seq: int, ts: float, body: Mapping[str, Any]) -> bytes:
+    msg: dict[str, Any] = {"v": SCHEMA_VERSION, "kind": kind, "src": src, "seq": seq, "ts": ts}
+    msg.update(body)
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+def decode(frame: bytes) -> Event:
+    """Decode one frame's envelope; raises DecodeError for anything that is not a v1 event."""
+    try:
+        msg = msgpack.unpackb(frame, raw=False, strict_map_key=False, max_bin_len=MAX_FRAME_BIN)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise DecodeError(f"not msgpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(msg, dict):
+        raise DecodeError(f"not a map: top-level {type(msg).__name__}")
+    v = msg.pop("v", None)
+    if v != SCHEMA_VERSION:
+        raise DecodeError(f"schema version {v!r}, expected {SCHEMA_VERSION}")
+    kind, src, seq, ts = (
+        msg.pop("kind", None),
+        msg.pop("src", None),
+        msg.pop("seq", None),
+        msg.pop("ts", None),
+    )
+    if not isinstance(kind, str):
+        raise DecodeError(f"missing or non-string 'kind': {kind!r}")
+    if not isinstance(src, str):
+        raise DecodeError(f"missing or non-string 'src' in {kind} event")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise DecodeError(f"missing or non-integer 'seq' in {kind} event")
+    if not isinstance(ts, (int, float)):
+        raise DecodeError(f"missing or non-numeric 'ts' in {kind} event")
+    return Event(kind, src, seq, float(ts), msg)

@@ -1,0 +1,21 @@
+"""``health``: the tracer's own counters, every second. Read tolerantly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .tolerant import Record
+
+
+@dataclass(frozen=True)
+class Health(Record):
+    sent: int | None = None
+    dropped: int | None = None  # events the publisher could not queue
+    queue: int | None = None
+    queue_max: int | None = None
+    hook_errors: int | None = None
+    discarded_rows: int | None = None  # step rows the engine threw away and the tracer left out
+    encode_errors: int | None = None
+    disabled: bool = False  # the tracer switched itself off after repeated errors
+    paused: bool = False  # its pause file exists: nothing is recorded
+    last_error: str | None = None

@@ -1,0 +1,179 @@
+"""``step``: one event per verify step. Per-request data is columnar: little-endian int32 ``bin``
+values, so a batch costs one ``tobytes`` per column to encode and one ``np.frombuffer`` to read.
+
+The stream carries accepted draft tokens (``accepted``); the accept length people quote counts the
+bonus token too (SGLang, vLLM and the EAGLE papers; SpecForge's simulated_acc_len does not). The
+two are converted in ``accepted_drafts`` and ``accept_length`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .envelope import DecodeError, Event
+
+TOKEN_DTYPE = np.dtype("<i4")
+BONUS = 1  # accept length = accepted drafts + the bonus token
+
+
+def accepted_drafts(accept_lens: Any) -> np.ndarray:
+    """Engines hold accept lengths (bonus included); the stream carries accepted drafts."""
+    out: np.ndarray = np.asarray(accept_lens) - BONUS
+    return out
+
+
+def accept_length(accepted: Any) -> Any:
+    """Accept length from accepted drafts (an array or a number)."""
+    return accepted + BONUS
+
+
+def column(arr: Any) -> bytes:
+    """A token column as wire bytes (int32 little-endian, row-major)."""
+    return np.ascontiguousarray(arr, dtype=TOKEN_DTYPE).tobytes()
+
+
+def step_body(
+    *,
+    step: int,
+    rids: Sequence[str],
+    draft: np.ndarray,
+    accept_lens: np.ndarray,
+    tokens: np.ndarray,
+    topk: int = 1,
+    parents: np.ndarray | None = None,
+    dt: float = 0.0,
+    discarded: int = 0,
+) -> dict[str, Any]:
+    """A step body from host arrays, as the engines hold them: ``draft`` ``[batch, n]`` root first,
+    ``accept_lens`` per request counting the bonus token, ``tokens`` the committed tokens request
+    after request. ``discarded``: rows the engine threw away and the tracer left out."""
+    batch, n = draft.shape
+    body = {
+        "step": step,
+        "batch": batch,
+        "n": n,
+        "topk": topk,
+        "rids": list(rids),
+        "draft": column(draft),
+        "parents": None if parents is None else column(parents),
+        "accepted": column(accepted_drafts(accept_lens)),
+        "tokens": column(tokens),
+        "dt": dt,
+    }
+    if discarded:
+        body["discarded"] = discarded
+    return body
+
+
+# What ``step_columns`` hands back: the verify width ``n``, the accepted column (a [batch] int32 view
+# over the frame's bytes) and the number of committed tokens carried. A plain tuple: it is made once
+# per event on the monitor's ingest path.
+StepColumns = tuple[int, np.ndarray, int]
+
+
+@dataclass(frozen=True)
+class StepView:
+    """A validated step event."""
+
+    step: int
+    batch: int
+    n: int  # verify width per request, root included (SGLang's num_draft_tokens)
+    topk: int
+    rids: list[str]
+    draft: np.ndarray  # [batch, n] int32; column 0 is the root (last committed token)
+    parents: np.ndarray | None  # [batch, n] int32 parent index in the block, -1 for the root; None = chain
+    accepted: np.ndarray  # [batch] int32, accepted draft tokens (bonus not counted)
+    tokens: np.ndarray  # [sum(accepted + 1)] int32 committed tokens, request after request
+    dt: float  # seconds the verify step took on the engine's clock
+    discarded: int = 0  # rows of this verify the engine threw away and the tracer left out
+
+    @property
+    def accept_lengths(self) -> np.ndarray:
+        out: np.ndarray = accept_length(self.accepted)
+        return out
+
+
+_COUNTS = (("step", 0), ("topk", 1), ("discarded", 0))  # optional non-negative integers
+_INT32 = TOKEN_DTYPE.itemsize
+_BIN = (bytes, bytearray)  # what msgpack hands back for bin
+
+
+def _bad_count(key: str, v: Any) -> DecodeError:
+    return DecodeError(f"step '{key}' is {v!r}, expected a non-negative integer")
+
+
+def step_columns(b: Mapping[str, Any]) -> StepColumns:
+    """The shape checks of a step body, every key of the right type and length: the cheap half of
+    the validation, a handful of dict lookups per event; ``check_values`` does the other half for many
+    events at once."""
+    batch, n = b.get("batch"), b.get("n")
+    if type(batch) is not int or batch < 0:
+        raise _bad_count("batch", batch)
+    if type(n) is not int or n < 0:
+        raise _bad_count("n", n)
+    for key, default in _COUNTS:
+        v = b.get(key, default)
+        if type(v) is not int or v < 0:
+            raise _bad_count(key, v)
+    rids = b.get("rids")
+    if type(rids) is not list or len(rids) != batch:
+        raise DecodeError(f"step 'rids' must be a list of {batch} strings")
+    cells = batch * n * _INT32
+    draft: Any = b.get("draft")
+    parents: Any = b.get("parents")
+    if type(draft) not in _BIN or len(draft) != cells:
+        raise DecodeError(f"step 'draft' is not {batch}x{n} int32 values")
+    if parents is not None and (type(parents) not in _BIN or len(parents) != cells):
+        raise DecodeError(f"step 'parents' is not {batch}x{n} int32 values")
+    acc: Any = b.get("accepted")
+    tokens: Any = b.get("tokens")
+    if type(acc) not in _BIN or len(acc) != batch * _INT32:
+        raise DecodeError(f"step 'accepted' is not {batch} int32 values")
+    if type(tokens) not in _BIN or len(tokens) % _INT32:
+        raise DecodeError("step 'tokens' is not a whole number of int32 values")
+    return n, np.frombuffer(acc, dtype=TOKEN_DTYPE), len(tokens) // _INT32
+
+
+def check_values(n: int, accepted: np.ndarray, sizes: np.ndarray, tokens: np.ndarray) -> bool:
+    """The value checks of many steps of width ``n`` at once: ``accepted`` is their columns
+    concatenated (``sizes`` per step), ``tokens`` the committed tokens each carries. True when every
+    accepted count is in [0, n - 1] and every step carries ``sum(accepted + 1)`` tokens."""
+    if accepted.size and (int(accepted.min()) < 0 or int(accepted.max()) >= max(n, 1)):
+        return False
+    expected = sizes.astype(np.int64) * BONUS
+    nonempty = sizes > 0
+    if nonempty.any():
+        starts = np.cumsum(sizes) - sizes
+        expected[nonempty] += np.add.reduceat(accepted, starts[nonempty], dtype=np.int64)
+    return bool(np.array_equal(expected, tokens))
+
+
+def step_view(ev: Event) -> StepView:
+    """One step event, checked in full; raises DecodeError naming the bad key."""
+    b = ev.body
+    n, acc, carried = step_columns(b)
+    batch = len(b["rids"])
+    if batch and (acc.min() < 0 or acc.max() >= max(n, 1)):
+        raise DecodeError(f"step 'accepted' out of range [0, {n - 1}]")
+    want = int(acc.sum()) + batch * BONUS
+    if carried != want:
+        raise DecodeError(f"step 'tokens' has {carried} values, expected {want}")
+    parents = b.get("parents")
+    dt = b.get("dt", 0.0)
+    return StepView(
+        step=b.get("step", 0),
+        batch=batch,
+        n=n,
+        topk=b.get("topk", 1),
+        rids=[str(r) for r in b["rids"]],
+        draft=np.frombuffer(b["draft"], dtype=TOKEN_DTYPE).reshape(batch, n),
+        parents=None if parents is None else np.frombuffer(parents, dtype=TOKEN_DTYPE).reshape(batch, n),
+        accepted=acc,
+        tokens=np.frombuffer(b["tokens"], dtype=TOKEN_DTYPE),
+        dt=float(dt) if isinstance(dt, (int, float)) else 0.0,
+        discarded=b.get("discarded", 0),
+    )
