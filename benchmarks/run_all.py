@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks import bench_encode, bench_manifest, bench_publisher, bench_tracer_overhead, bench_tui_ingest
+from benchmarks import (
+    bench_encode,
+    bench_ingest,
+    bench_manifest,
+    bench_publisher,
+    bench_tracer_overhead,
+    bench_tui_ingest,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -16,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true")
     ns = ap.parse_args(argv)
     bench_encode.main()
+    bench_ingest.main()
     bench_publisher.main()
     bench_tracer_overhead.main(["--rounds", "20"] if ns.quick else [])
     print("# bench_tui_ingest: flood, then paced at 10,000 events/s")
