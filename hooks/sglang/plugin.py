@@ -34,7 +34,10 @@ import os
 import re
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eagle3_top.tracer.schema import Hello
 
 log = logging.getLogger("eagle3_top.hooks.sglang")
 
@@ -364,7 +367,7 @@ def _start(worker: Any) -> Any:
     return tracer
 
 
-def minimal_hello(r: dict[str, int], error: str) -> Any:
+def minimal_hello(r: dict[str, int], error: str) -> Hello:
     """A hello that says what could not be read; steps still flow."""
     from eagle3_top.tracer.schema import Hello
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer.schema import BONUS, DecodeError, Fingerprint, VocabSummary
+from eagle3_top.tracer.schema.tolerant import Record, as_str
 
 MANIFEST_VERSION = 1
 MANIFEST_KEY = "eagle3_top_manifest"
@@ -61,13 +62,8 @@ def unpack_rows(packed: Mapping[str, Any]) -> np.ndarray:
 # -- the manifest --------------------------------------------------------------------------------
 
 
-def _opt(d: Mapping[str, Any], key: str, typ: type) -> Any:
-    v = d.get(key)
-    return v if isinstance(v, typ) and not (typ is int and isinstance(v, bool)) else None
-
-
 @dataclass(frozen=True)
-class TargetInfo:
+class TargetInfo(Record):
     arch: str | None = None
     num_layers: int | None = None
     hidden_size: int | None = None
@@ -76,7 +72,7 @@ class TargetInfo:
 
 
 @dataclass(frozen=True)
-class DraftInfo:
+class DraftInfo(Record):
     arch: str | None = None
     hidden_size: int | None = None
     target_hidden_size: int | None = None
@@ -85,7 +81,7 @@ class DraftInfo:
     norm_before_fc: bool = False
     fc_norm: bool = False
     use_aux_hidden_state: bool = True
-    eagle_config: dict[str, Any] | None = None
+    eagle_config: Mapping[str, Any] | None = None
     path: str | None = None
     ids_location: str | None = None  # eagle_config | top_level | missing
 
@@ -178,8 +174,8 @@ class Manifest:
             MANIFEST_KEY: MANIFEST_VERSION,
             "created": self.created,
             "builder": self.builder,
-            "target": dict(self.target.__dict__),
-            "draft": dict(self.draft.__dict__),
+            "target": self.target.to_body(),
+            "draft": self.draft.to_body(),
             "aux": {
                 "layer_ids": self.aux.layer_ids,
                 "ids_source": self.aux.ids_source,
@@ -226,7 +222,6 @@ def _parse(data: Mapping[str, Any], path: str) -> Manifest:
     if fp.slots != len(order):
         raise ValueError(f"the reference fingerprint has {fp.slots} slots, concat_order {len(order)}")
     ref = data["reference"]
-    t, d = data.get("target") or {}, data.get("draft") or {}
     training = data.get("training")
     probes = tuple(
         ProbeSample(str(p.get("source", k)), [int(v) for v in p["input_ids"]], p["aux_rows"])
@@ -247,48 +242,30 @@ def _parse(data: Mapping[str, Any], path: str) -> Manifest:
     }
     return Manifest(
         path=os.path.abspath(path) if path else path,
-        target=TargetInfo(
-            _opt(t, "arch", str),
-            _opt(t, "num_layers", int),
-            _opt(t, "hidden_size", int),
-            _opt(t, "vocab_size", int),
-            _opt(t, "config", str),
-        ),  # fmt: skip
-        draft=DraftInfo(
-            arch=_opt(d, "arch", str),
-            hidden_size=_opt(d, "hidden_size", int),
-            target_hidden_size=_opt(d, "target_hidden_size", int),
-            vocab_size=_opt(d, "vocab_size", int),
-            draft_vocab_size=_opt(d, "draft_vocab_size", int),
-            norm_before_fc=bool(d.get("norm_before_fc")),
-            fc_norm=bool(d.get("fc_norm")),
-            use_aux_hidden_state=d.get("use_aux_hidden_state") is not False,
-            eagle_config=_opt(d, "eagle_config", dict),
-            path=_opt(d, "path", str),
-            ids_location=_opt(d, "ids_location", str),
-        ),  # fmt: skip
+        target=TargetInfo.from_body(data.get("target")),
+        draft=DraftInfo.from_body(data.get("draft")),
         aux=AuxLayers(
             layer_ids=[int(v) for v in aux.get("layer_ids", order)],
             concat_order=order,
             slot_width=int(aux["slot_width"]),
-            ids_source=_opt(aux, "ids_source", str),
-            concat_order_rule=_opt(aux, "concat_order_rule", str),
+            ids_source=as_str(aux.get("ids_source")),
+            concat_order_rule=as_str(aux.get("concat_order_rule")),
         ),
         reference=Reference(
-            fp, int(ref.get("files") or 0), int(ref.get("tokens") or 0), _opt(ref, "data", str)
+            fp, int(ref.get("files") or 0), int(ref.get("tokens") or 0), as_str(ref.get("data"))
         ),
         probes=probes,
         vocab=VocabSummary.from_body(vocab) if isinstance(vocab, dict) else None,
-        vocab_source=_opt(vocab, "source", str) if isinstance(vocab, dict) else None,
+        vocab_source=as_str(vocab.get("source")) if isinstance(vocab, dict) else None,
         training=None
         if not isinstance(training, dict)
         else TrainingMetrics(
             [float(v) for v in training.get("acc") or []],
             float(training["simulated_acc_len"]) if training.get("simulated_acc_len") is not None else None,
-            _opt(training, "source", str),
+            as_str(training.get("source")),
         ),
-        created=_opt(data, "created", str),
-        builder=_opt(data, "builder", str),
+        created=as_str(data.get("created")),
+        builder=as_str(data.get("builder")),
         extra={k: v for k, v in data.items() if k not in known},
     )
 
