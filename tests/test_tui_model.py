@@ -202,3 +202,21 @@ def test_widgets_render_any_hello_shape(hello):
         render_health(src, snapshot, 100),
     ):
         assert text.plain
+
+
+def test_diagnoses_of_evicted_sources_are_forgotten():
+    """A publisher inventing a source per hello must not grow the monitor's memory: when the book
+    evicts a source, the diagnoser drops it and tells the feed to drop its findings."""
+    from eagle3_top.tui.diagnosis import Diagnoser
+
+    book, diag = EvidenceBook(max_sources=4), Diagnoser()
+    results: dict = {}
+    for i in range(10):
+        src = f"h:{i}:r0"
+        book.ingest([decode(encode(HELLO, src, 0, 1.0, {"engine": {"name": "x"}}))], now=1000.0 + i)
+        fresh, gone = diag.run(book, 1000.0 + i)
+        results.update(fresh)
+        for key in gone:
+            del results[key]
+        assert src in fresh
+    assert sorted(results) == sorted(book.sources) == [f"h:{i}:r0" for i in range(6, 10)]

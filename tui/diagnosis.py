@@ -33,16 +33,21 @@ class Diagnoser:
     manifest: Manifest | None = None
     every_s: float = FINDINGS_EVERY_S
     _due: dict[str, _Due] = field(default_factory=dict)
+    _evictions_seen: int = 0
 
-    def run(self, book: EvidenceBook, now: float) -> dict[str, Diagnosis]:
-        """Fresh diagnoses of the sources that are due. Call from the thread that feeds ``book``:
-        it reads the evidence while nothing else writes it."""
+    def run(self, book: EvidenceBook, now: float) -> tuple[dict[str, Diagnosis], list[str]]:
+        """Fresh diagnoses of the sources that are due, and the sources the book has evicted since
+        the last call (their diagnoses must go too: a publisher inventing sources must not grow
+        memory). Call from the thread that feeds ``book``: it reads the evidence while nothing
+        else writes it."""
         out: dict[str, Diagnosis] = {}
         for key, st in list(book.sources.items()):
             if st.hello is None:
                 continue
-            due = self._due.setdefault(key, _Due())
-            if due.hello is st.hello and now - due.at < self.every_s:
+            due = self._due.get(key)
+            if due is None:
+                due = self._due[key] = _Due()
+            elif due.hello is st.hello and now - due.at < self.every_s:
                 continue
             due.at, due.hello = now, st.hello
             try:
@@ -53,6 +58,10 @@ class Diagnoser:
                 out[key] = Diagnosis(found, rows)
             except Exception as exc:  # odd evidence costs this source's findings, not the monitor
                 out[key] = Diagnosis(error=f"diagnosis failed: {type(exc).__name__}: {exc}"[:200])
-        for key in set(self._due) - set(book.sources):
-            del self._due[key]  # evicted sources
-        return out
+        gone: list[str] = []
+        if book.dropped_sources != self._evictions_seen:
+            self._evictions_seen = book.dropped_sources
+            gone = [key for key in self._due if key not in book.sources]
+            for key in gone:
+                del self._due[key]
+        return out, gone

@@ -100,10 +100,12 @@ class Feed:
                     with lock:
                         book.ingest(events, clock(), count_malformed)
                         self.batches += 1
-                fresh = self.diagnoser.run(book, clock())
-                if fresh:
+                fresh, gone = self.diagnoser.run(book, clock())
+                if fresh or gone:
                     with lock:
                         self.diagnoses.update(fresh)
+                        for key in gone:
+                            self.diagnoses.pop(key, None)
         except Exception as exc:  # keep the UI alive and say why the numbers stopped
             self.error = f"receive worker stopped: {type(exc).__name__}: {exc}"
             log.exception("feed worker stopped")

@@ -21,6 +21,7 @@ from eagle3_top.tracer.schema import AuxSample, Health, Hello, StepView
 from .diagnosis import Diagnosis
 
 STALE_AFTER_S = 3.0
+_NO_DIAGNOSIS = Diagnosis()
 PROPOSAL_ROWS = 3
 
 
@@ -168,7 +169,7 @@ def take_snapshot(
         received, missed = transport.sources.get(key, (st.events, 0))
         age = max(0.0, now - st.last_seen)
         sv = st.latest_step()
-        diag = diagnoses.get(key) or Diagnosis()
+        diag = diagnoses.get(key) or _NO_DIAGNOSIS
         out.append(
             SourceSnapshot(
                 key=key,
