@@ -15,16 +15,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# setuptools says "Editable installation" as a warning for any editable install of a package whose
+# directories are mapped (package-dir): informational, and nothing to act on, so filtered by name.
 $(VENV)/.installed: $(BIN)/python pyproject.toml .ci/requirements-sglang.txt
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[torch,dev]"
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[torch,dev]"
 	touch $@
 
 # SGLang's real classes for the CPU tests of the SGLang hooks: sglang without its GPU dependencies.
+# Its pure-Python needs first, sglang itself last: pip checks every installed package's requirements
+# after an install that resolves dependencies, and would list each GPU one sglang names as missing.
 $(VENV)/.installed-sglang: $(VENV)/.installed
 	echo "$(TORCH)" > $(VENV)/torch-constraint.txt
-	$(BIN)/pip install -q --no-deps "sglang==$(SGLANG)"
 	$(BIN)/pip install -q -r .ci/requirements-sglang.txt -c $(VENV)/torch-constraint.txt
+	$(BIN)/pip install -q --no-deps "sglang==$(SGLANG)"
 	touch $@
 
 $(VENV)/.installed-sglang-%: $(VENV)/.installed-sglang .ci/sglang-overlay.sh

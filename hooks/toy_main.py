@@ -34,7 +34,13 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
     p.add_argument(
         "--curve-clients",
         metavar="DIR",
-        help="with --curve-secret: admit only the client certificates in DIR",
+        help="with --curve-secret: admit only the client certificates (*.key) in DIR",
+    )
+    p.add_argument(
+        "--curve-any-client",
+        action="store_true",
+        help="with --curve-secret and no --curve-clients: encrypt, but admit any client that knows "
+        "the server's public key",
     )
     p.add_argument("--show-paths", action="store_true", help="print the bundled model directories and exit")
     p.add_argument("--max-steps-per-s", type=float, default=None, help="throttle verify steps (demo pacing)")
@@ -111,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     if ns.show_paths:
         show_paths()
         return 0
+    from eagle3_top.tracer.curve import KeyError_, server_config
+
+    try:  # before the engine loads: a half CURVE configuration is refused, not served open
+        curve = server_config(ns.curve_secret, ns.curve_clients, ns.curve_any_client)
+    except KeyError_ as exc:
+        print(f"eagle3-top toy: {exc}", file=sys.stderr)
+        return 2
     try:
         engine = engine_from_args(ns)
     except ImportError as exc:
@@ -119,20 +132,23 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"eagle3-top toy: {exc}", file=sys.stderr)
         return 2
+    except (TypeError, AttributeError, KeyError, RuntimeError, RecursionError) as exc:
+        # A hostile or broken config.json or weights file: name the directories, not a traceback.
+        why = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(
+            f"eagle3-top toy: cannot build the engine from {ns.model_path or 'the built-in target'} and "
+            f"{ns.speculative_draft_model_path or 'the built-in draft'}: {type(exc).__name__}: {why}",
+            file=sys.stderr,
+        )
+        return 2
     publisher = None
     if ns.publish:
         try:
-            secret = None
-            if ns.curve_secret:
-                from eagle3_top.tracer.curve import load_secret
-
-                secret = load_secret(ns.curve_secret)[1]
             publisher = Publisher(
                 ns.publish,
                 SourceId.local(rank=ns.rank, engine="toy"),
                 allow_remote=ns.allow_remote,
-                curve_secret_key=secret,
-                curve_clients_dir=ns.curve_clients,
+                curve=curve,
             )
         except (EndpointError, Exception) as exc:
             print(f"eagle3-top toy: cannot publish on {ns.publish}: {exc}", file=sys.stderr)
@@ -193,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         print(f"eagle3-top toy: engine failed: {why}", file=sys.stderr)
         if publisher is not None:
-            publisher.last_error = f"engine failed: {why}"[:300]
+            publisher.engine_failed(why)
             deadline = time.monotonic() + ns.linger_on_error
             while time.monotonic() < deadline and not stop:
                 time.sleep(0.1)

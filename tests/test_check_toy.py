@@ -76,7 +76,7 @@ def check(endpoint: str, manifest: str | None, *extra: str) -> tuple[int, list[d
     if manifest:
         cmd += ["--manifest", manifest]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
-    findings = json.loads(r.stdout) if r.stdout.strip().startswith("[") else []
+    findings = json.loads(r.stdout)["findings"] if r.stdout.strip().startswith("{") else []
     return r.returncode, findings, r.stderr
 
 
@@ -106,10 +106,21 @@ def test_motivating_bug_fails_within_50_steps(manifest, engines) -> None:
         "LAYER_MAP_MISMATCH",
         "AUX_STATS_DRIFT",
         "ACCEPTANCE_BELOW_TRAINING",
+        "ACCEPT_LENGTH_FAR_BELOW_EXPECTED",
     }
     lm = next(f for f in findings if f["code"] == "LAYER_MAP_MISMATCH")
     assert "[1, 3, 4]" in lm["message"] and "[-1, 2, 5]" in lm["message"]
     assert all({"code", "severity", "message", "source", "fix"} <= f.keys() for f in findings)
+
+
+def test_motivating_bug_fails_without_a_manifest(engines) -> None:
+    # The draft directory's own training_metrics.json says what it reached; the hello carries it.
+    engines.append(e := Engine("--speculative-draft-model-path", paths.draft_ids_not_read_dir()))
+    rc, findings, err = check(e.endpoint, None, "--steps", "50")
+    assert rc == 1, err
+    low = next(f for f in findings if f["code"] == "ACCEPT_LENGTH_FAR_BELOW_EXPECTED")
+    assert low["severity"] == "error" and low["evidence"]["measured"] < 1.5
+    assert low["evidence"]["expected"] == pytest.approx(3.87, abs=0.01)
 
 
 def test_flag_rewrite_is_reported(engines) -> None:
@@ -182,7 +193,8 @@ def test_uninitialised_vocab_map(engines, tmp_path) -> None:
     torch.save(sd, os.path.join(draft, "model.pt"))
     engines.append(e := Engine("--speculative-draft-model-path", draft))
     rc, findings, _ = check(e.endpoint, None)
-    assert rc == 0 and findings == []  # without a manifest the map cannot be judged
+    # without a manifest the map itself cannot be judged, but what it does to acceptance can be
+    assert rc == 1 and [f["code"] for f in findings] == ["ACCEPT_LENGTH_FAR_BELOW_EXPECTED"]
     data = tmp_path / "hs"
     subprocess.run(
         [*CLI, "toy", "gen-data", "--out", str(data), "--num-samples", "4"], check=True, capture_output=True

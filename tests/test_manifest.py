@@ -197,7 +197,7 @@ def test_bad_training_input_is_one_clear_line_and_writes_nothing(tmp_path, case)
     [
         ({"eagle3_top_manifest": 2}, "manifest version 2"),
         ({"hello": 1}, "not an eagle3-top manifest"),
-        ({"eagle3_top_manifest": 1, "aux": {}}, "malformed manifest"),
+        ({"eagle3_top_manifest": 1, "aux": {}}, "aux.concat_order: missing"),
     ],
 )
 def test_wrong_manifest_files(tmp_path, content, reason) -> None:
@@ -215,3 +215,80 @@ def test_missing_config_without_eagle_config(tmp_path) -> None:
         build_manifest(draft_dir=str(tmp_path / "nope"), data=str(tmp_path))
     with pytest.raises(TrainFileError, match="no such file"):
         build_manifest(draft_dir=_draft_dir(tmp_path), data=str(tmp_path / "missing"))
+
+
+# -- the README's walkthrough: gen-data, then manifest build with every input --------------------
+
+CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
+
+
+def test_gen_data_layers_take_negative_lists_and_the_walkthrough_builds(tmp_path) -> None:
+    from eagle3_top.hooks.toy import paths
+
+    data = tmp_path / "hs"
+    r = subprocess.run(
+        [*CLI, "toy", "gen-data", "--out", str(data), "--num-samples", "2", "--new-tokens", "8",
+         "--layers", "-1,2,5"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "layers [-1, 2, 5]" in r.stdout
+    out = tmp_path / "m.json"
+    r = subprocess.run(
+        [*CLI, "manifest", "build", "--draft", paths.draft_dir(), "--data", str(data),
+         "--target-config", paths.target_dir(),
+         "--metrics", os.path.join(paths.draft_dir(), "training_metrics.json"), "-o", str(out)],
+        capture_output=True, text=True, preexec_fn=lambda: os.umask(0o022),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert os.stat(out).st_mode & 0o777 == 0o644  # the umask's, not mkstemp's 0600
+    m = load_manifest(str(out))
+    assert m.target.num_layers == 8 and m.training is not None and len(m.training.acc) == 3
+    assert sorted(os.listdir(tmp_path)) == ["hs", "m.json"]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--out", "d", "--layers", "-1,2,5"], ["--out", "d", "--layers=-1,2,5"]),
+        (["--layers", "-1"], ["--layers=-1"]),
+        (["--layers", "-1, 2"], ["--layers=-1, 2"]),
+        (["--layers", "2,5"], ["--layers", "2,5"]),
+        (["--layers", "--out", "d"], ["--layers", "--out", "d"]),
+        (["--", "--layers", "-1"], ["--", "--layers", "-1"]),
+    ],
+)
+def test_negative_layer_lists_are_attached_to_their_option(argv, expected) -> None:
+    from eagle3_top.hooks.toy.gendata import attach_list_values
+
+    assert attach_list_values(argv) == expected
+
+
+@pytest.mark.parametrize("value, layers", [("-1,2,5", [-1, 2, 5]), ("-1", [-1]), ("3,-1", [3, -1])])
+def test_gen_data_parses_negative_layer_lists(value, layers) -> None:
+    from eagle3_top.hooks.toy.gendata import attach_list_values, build_parser
+
+    assert build_parser().parse_args(attach_list_values(["--out", "d", "--layers", value])).layers == layers
+
+
+def test_gen_data_help_imports_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "from eagle3_top.hooks.toy_main import main\n"
+        "try:\n    main(['gen-data', '--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+        "assert 'torch' not in sys.modules, 'torch imported for --help'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "--layers" in r.stdout
+
+
+def test_gen_data_default_layers_are_what_the_draft_was_trained_on() -> None:
+    from eagle3_top.hooks.toy.gendata import DEFAULT_LAYERS
+    from eagle3_top.hooks.toy.train import AUX_IDS
+
+    assert AUX_IDS == list(DEFAULT_LAYERS) == [-1, 2, 5]
+    cfg = json.load(
+        open(os.path.join(os.path.dirname(__file__), "..", "hooks/toy/weights/draft/config.json"))
+    )
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == AUX_IDS

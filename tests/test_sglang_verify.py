@@ -294,3 +294,22 @@ def test_verify_wrapper_hello_aux_and_health(verify_run: dict[str, Any]) -> None
     health = verify_run["health"]
     assert health["hook_errors"] >= 1 and not health["disabled"]  # the broken batch was counted
     assert len(verify_run["src"]) == 1 and verify_run["src"][0].endswith(":r0")
+
+
+def test_a_verify_that_raises_puts_the_error_on_the_wire_and_still_raises() -> None:
+    """SGLang's verify raising (the scheduler is about to die): the tracer's next health event
+    carries the engine error, and SGLang sees its own exception unchanged."""
+    from eagle3_top.hooks.sglang.verify import make_around_verify
+    from eagle3_top.tracer.publisher import MemoryPublisher
+    from eagle3_top.tracer.tracer import Tracer
+
+    tracer = Tracer(MemoryPublisher())
+    around = make_around_verify(lambda _w: tracer)
+
+    def verify(_self: object, _batch: object) -> None:
+        raise RuntimeError("The size of tensor a (384) must match the size of tensor b (256)")
+
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        around(verify, object(), object())
+    err = tracer.publisher.engine_error
+    assert err is not None and "verify raised RuntimeError: The size of tensor a (384)" in err

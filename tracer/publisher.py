@@ -15,12 +15,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from .deferred import Deferred
 from .schema import HEALTH, HELLO, Health, Hello, SourceId, encode
+
+if TYPE_CHECKING:
+    from .curve import Admission, CurveServer
 
 log = logging.getLogger("eagle3_top.publisher")
 
@@ -63,6 +66,18 @@ class TracerState:
         self.paused = False  # the tracer is paused (its pause file exists): nothing is recorded
         self.disabled = False
         self.last_error: str | None = None
+        self.engine_error: str | None = None  # the engine itself failed: it is not serving
+        self.started = time.time()  # tells a subscriber a restart under the same source id
+        self._final = False
+        self._health_now = False
+
+    def engine_failed(self, why: str) -> None:
+        """The engine's own forward raised: say so on the next health event (sent at once)."""
+        self.engine_error = why[:300]
+        self.wake()
+
+    def wake(self) -> None:
+        """Send what is due now (no-op without a sender)."""
 
     def count_hook_error(self, exc: BaseException) -> None:
         self.hook_errors += 1
@@ -80,8 +95,7 @@ class Publisher(TracerState):
         queue_size: int = DEFAULT_QUEUE,
         sndhwm: int = DEFAULT_SNDHWM,
         allow_remote: bool = False,
-        curve_secret_key: bytes | None = None,
-        curve_clients_dir: str | None = None,
+        curve: CurveServer | None = None,
         hello_interval_s: float = 5.0,
         health_interval_s: float = 1.0,
         context: zmq.Context | None = None,
@@ -114,15 +128,25 @@ class Publisher(TracerState):
         sock.setsockopt(zmq.XPUB_VERBOSE, 1)
         sock.setsockopt(zmq.SNDHWM, sndhwm)
         sock.setsockopt(zmq.LINGER, 200)
-        if curve_secret_key is not None:
-            if curve_clients_dir is not None:
-                from .curve import authorise_clients
+        # CURVE only from a ``curve.server_config`` result: a secret alone would admit anyone.
+        self.admission: Admission | None = None
+        self._monitor: zmq.Socket | None = None
+        try:
+            if curve is not None:
+                from .curve import serve
 
-                authorise_clients(self._ctx, curve_clients_dir)
-            sock.curve_server = True
-            sock.curve_secretkey = curve_secret_key
-        sock.bind(endpoint)  # bind errors surface here, in the caller, once
+                self.admission = serve(self._ctx, sock, curve, endpoint)
+                # ZAP sees only the clients that get as far as a key; plain-text clients and wrong
+                # server keys fail before it, and only the socket's monitor tells.
+                self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            sock.bind(endpoint)  # bind errors surface here, in the caller, once
+        except Exception:
+            self._close_curve(sock)
+            sock.close(0)
+            raise
         self.bound_endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        if self.admission is not None:
+            self.admission.label = self.bound_endpoint
         self._sock: zmq.Socket | None = sock
         self._thread = threading.Thread(target=self._run, name="eagle3-top-publisher", daemon=True)
         self._thread.start()
@@ -142,6 +166,18 @@ class Publisher(TracerState):
             self._wake.set()
         return True
 
+    def wake(self) -> None:
+        self._health_now = True
+        self._wake.set()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the queue and a due health event to go out; only for a
+        process about to die, never on the serving path."""
+        deadline = time.monotonic() + timeout
+        while (self._queue or self._health_now) and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.005)
+        return not (self._queue or self._health_now)
+
     def set_hello(self, hello: Hello) -> None:
         """Publish a hello now and repeat it periodically so late subscribers catch up."""
         body = hello.to_body()
@@ -160,7 +196,16 @@ class Publisher(TracerState):
             disabled=self.disabled,
             paused=self.paused,
             last_error=self.last_error,
+            engine_error=self.engine_error,
+            started=self.started,
+            final=self._final,
+            curve_refused=self.curve_refused,
         )
+
+    @property
+    def curve_refused(self) -> int:
+        """Handshakes refused by CURVE (retries included); 0 without CURVE."""
+        return self.admission.refused if self.admission is not None else 0
 
     def close(self, timeout: float = 2.0) -> None:
         """Flush what is queued (up to ``timeout``), send a last health event, close the socket."""
@@ -187,6 +232,30 @@ class Publisher(TracerState):
         except zmq.Again:
             self.dropped += 1
 
+    def _drain_refusals(self) -> None:
+        if self._monitor is None or self.admission is None:
+            return
+        from zmq.utils.monitor import recv_monitor_message
+
+        try:
+            while self._monitor.poll(0):
+                msg = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+                if msg["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                    self.admission.refuse_protocol(msg["value"])
+        except Exception:  # the log of refusals is not worth the stream
+            self._monitor.close(0)
+            self._monitor = None
+
+    def _close_curve(self, sock: zmq.Socket) -> None:
+        if self._monitor is not None:
+            sock.disable_monitor()
+            self._monitor.close(0)
+            self._monitor = None
+        if self.admission is not None:
+            from .curve import release
+
+            release(self._ctx, self.admission)
+
     def _next_seq(self) -> int:
         return next(self._seq)
 
@@ -208,9 +277,11 @@ class Publisher(TracerState):
                 while queue:
                     self._send(*queue.popleft())
                 now = time.monotonic()
-                if now >= next_health:
+                if now >= next_health or self._health_now:
                     next_health = now + self._health_interval
+                    self._health_now = False
                     self._send(HEALTH, self._next_seq(), time.time(), self.health().to_body())
+                self._drain_refusals()
                 if self._new_subscriber() and self._hello is not None:
                     next_hello = now
                 if now >= next_hello:
@@ -226,12 +297,14 @@ class Publisher(TracerState):
                 self._idle = False
             while queue:
                 self._send(*queue.popleft())
+            self._final = True
             self._send(HEALTH, self._next_seq(), time.time(), self.health().to_body())
         except Exception as exc:  # never take the serving process down
             self.disabled = True
             log.error("eagle3-top publisher stopped: %s", exc)
         finally:
             if self._sock is not None:
+                self._close_curve(self._sock)
                 self._sock.close()
                 self._sock = None
 

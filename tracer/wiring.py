@@ -21,21 +21,46 @@ from typing import Any
 import numpy as np
 
 from . import layers
+from .claims import draft_claims
 from .schema import AuxWiring, Hello, ModelInfo, Rewrite, SpecConfig, VocabSummary
 
 # -- the draft config, as written --------------------------------------------------------------------
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB; a bigger one is not read in the server
+
+
+def _ids(v: Any) -> list[int] | None:
+    """A list of layer ids as written, or None when it is not one (strings, floats, a huge list)."""
+    if isinstance(v, list) and len(v) <= 1024 and all(type(x) is int for x in v):
+        return list(v)
+    return None
+
+
 def draft_layer_ids(cfg: Mapping[str, Any]) -> tuple[list[int] | None, str]:
-    """The aux ids a draft config declares, and where: ``eagle_config``, ``top_level`` or ``missing``.
-    SGLang reads only the first place."""
+    """The aux ids a draft config declares, and where: ``eagle_config``, ``top_level`` or ``missing``
+    (also for a list that holds anything but integers). SGLang reads only the first place."""
     ec = cfg.get("eagle_config")
-    if isinstance(ec, dict) and isinstance(ec.get("eagle_aux_hidden_state_layer_ids"), list):
-        return [int(v) for v in ec["eagle_aux_hidden_state_layer_ids"]], "eagle_config"
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if isinstance(top, list):
-        return [int(v) for v in top], "top_level"
+    if isinstance(ec, dict) and (ids := _ids(ec.get("eagle_aux_hidden_state_layer_ids"))) is not None:
+        return ids, "eagle_config"
+    if (ids := _ids(cfg.get("eagle_aux_hidden_state_layer_ids"))) is not None:
+        return ids, "top_level"
     return None, "missing"
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if type(v) is int else None
+
+
+def _small_map(v: Any) -> dict[str, Any] | None:
+    """The draft's eagle_config for the hello, if it is a small, plain JSON map: a hostile one must
+    not make the hello too big or too deep to encode (no hello would go out at all)."""
+    if not isinstance(v, dict):
+        return None
+    try:
+        return v if len(json.dumps(v)) <= 4096 else None
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def draft_config_as_written(draft_path: str | None, draft_model: Any = None) -> dict[str, Any]:
@@ -54,11 +79,14 @@ def draft_config_as_written(draft_path: str | None, draft_model: Any = None) -> 
             pass
         for path in candidates:
             try:
-                with open(path) as f:
-                    cfg = json.load(f)
+                with open(path, "rb") as f:
+                    raw = f.read(MAX_CONFIG_BYTES + 1)
+                if len(raw) > MAX_CONFIG_BYTES:
+                    continue
+                cfg = json.loads(raw)
                 if isinstance(cfg, dict):
                     return cfg
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 continue
     cfg_obj = getattr(draft_model, "config", None)
     if cfg_obj is not None and hasattr(cfg_obj, "to_dict"):
@@ -228,9 +256,12 @@ def wiring_report(
 
     dcfg = draft_config_as_written(draft_path, draft_model)
     declared, where = draft_layer_ids(dcfg)
+    archs = dcfg.get("architectures")
     draft_arch = (
-        dcfg.get("architectures") or [type(draft_model).__name__ if draft_model is not None else None]
-    )[0]
+        archs[0]
+        if isinstance(archs, list) and archs and isinstance(archs[0], str)
+        else (type(draft_model).__name__ if draft_model is not None else None)
+    )
 
     family = layers.family_of(target_model, target_arch)
     live = live_capture(target_model)
@@ -257,7 +288,7 @@ def wiring_report(
             vocab_size=target_vocab,
             dtype=dtype_of(target_model),
             draft_arch=draft_arch,
-            draft_vocab_size=dcfg.get("draft_vocab_size")
+            draft_vocab_size=_int_or_none(dcfg.get("draft_vocab_size"))
             or config_field(getattr(draft_model, "config", None), "draft_vocab_size"),
         ),
         tp_rank=tp_rank,
@@ -268,8 +299,9 @@ def wiring_report(
         requested_source=spec.requested_source,
         max_running_requests=spec.max_running_requests,
         vocab=vocab_of(draft_model, target_vocab),
+        claims=draft_claims(draft_path),
         aux=AuxWiring(
-            eagle_config=dcfg.get("eagle_config") if isinstance(dcfg.get("eagle_config"), dict) else None,
+            eagle_config=_small_map(dcfg.get("eagle_config")),
             declared_ids=declared,
             ids_location=where,
             ids_read=ids_read,

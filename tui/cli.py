@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import sys
 
+from .commands.args import COMMANDS
+
 USAGE = """\
 eagle3-top [--manifest M] [ENDPOINT ...]   live monitor (default tcp://127.0.0.1:5557)
-eagle3-top check ENDPOINT --manifest M     headless verdict for a deploy pipeline (exit 0/1/2)
+eagle3-top check ENDPOINT --manifest M     headless verdict for a deploy pipeline (exit 0/1/2/3)
 eagle3-top manifest build|show ...         the training manifest
 eagle3-top probe --server URL --endpoint E --manifest M   replay training samples, compare aux rows
 eagle3-top toy [...]                       run the built-in EAGLE-3 engine and publish its trace
@@ -15,21 +17,26 @@ eagle3-top keys DIR NAME                   write a CURVE certificate pair for re
 eagle3-top demo                            two built-in engines (healthy, mis-wired) + the monitor
 """
 
-COMMANDS = ("check", "manifest", "probe", "toy", "keys", "demo")
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     cmd = args[0] if args else ""
-    if cmd in COMMANDS:
-        import importlib
+    try:
+        if cmd in COMMANDS:
+            import importlib
 
-        module = importlib.import_module(f"eagle3_top.tui.commands.{cmd}")
-        code: int = module.main(args[1:])
-        return code
-    from .commands import live
+            module = importlib.import_module(f"eagle3_top.tui.commands.{cmd}")
+            code: int = module.main(args[1:])
+            return code
+        from .commands import live
 
-    return live.main(args, USAGE)
+        return live.main(args, USAGE)
+    except KeyboardInterrupt:
+        # Ctrl-C is the user's answer, not a crash: no traceback, the conventional status.
+        print("eagle3-top: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def entry() -> None:

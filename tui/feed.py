@@ -127,12 +127,13 @@ class Feed:
                 transport = Transport({}, {ep: "closed" for ep in self.endpoints})
             else:
                 transport = Transport(
-                    sources={k: (c.received, c.missed) for k, c in list(sub.sources.items())},
+                    sources={k: c.loss() for k, c in list(sub.sources.items())},
                     endpoints=dict(sub.endpoints),
                     malformed=sub.malformed,
                     last_malformed=sub.last_malformed,
                     unknown_kinds=sub.unknown_kinds,
                     frames=sub.frames,
                     bytes=sub.bytes,
+                    evicted_sources=sub.evicted_sources,
                 )
             return take_snapshot(self.book, self.diagnoses, now, transport, stale_after_s=self.stale_after_s)

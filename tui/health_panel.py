@@ -19,6 +19,11 @@ def _n(v: int | None) -> str:
     return "—" if v is None else str(v)
 
 
+def _line(t: Text, label: str, text: str, width: int, style: str = "red") -> None:
+    t.append(label, style="dim" if style == "red" else style)
+    t.append(short(text, max(10, width - len(label))), style=style)
+
+
 def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append("health ", style="bold underline")
@@ -38,20 +43,28 @@ def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Tex
                 t.append("PAUSED  ", style="bold yellow")
             _kv(t, "disabled", "YES" if h.disabled else "no", h.disabled)
         _kv(t, "missed", src.missed, bool(src.missed))
+        if src.malformed:
+            _kv(t, "bad frames", src.malformed, True)
         if src.stale:
             t.append(f"STALE {src.age_s:.0f}s", style="bold yellow")
             t.append("  ")
     _kv(t, "malformed", snap.malformed, bool(snap.malformed))
     if snap.unknown_kinds:
         _kv(t, "unknown kinds", snap.unknown_kinds)
-    last_err = h.last_error if h is not None else None
     t.append("\n")
-    if snap.last_malformed:
-        t.append("last malformed: ", style="dim")
-        t.append(short(snap.last_malformed, max(10, width - 16)), style="red")
+    # One second line, the most urgent news first.
+    last_err = h.last_error if h is not None else None
+    loss = src.loss if src is not None else None
+    if h is not None and h.engine_error:
+        _line(t, "ENGINE FAILED: ", h.engine_error, width, "bold red")
+    elif src is not None and src.last_malformed:
+        _line(t, "last malformed: ", src.last_malformed, width)
+    elif snap.last_malformed:
+        _line(t, "last malformed: ", snap.last_malformed, width)
+    elif loss is not None and (loss.gaps or loss.restarts or loss.resyncs):
+        _line(t, "loss: ", loss.describe(), width, "yellow")
     elif last_err:
-        t.append("tracer last error: ", style="dim")
-        t.append(short(last_err, max(10, width - 19)), style="red")
+        _line(t, "tracer last error: ", last_err, width)
     else:
         t.append(f"{snap.frames:,} frames  {snap.bytes / 1e6:,.1f} MB received", style="dim")
     return t

@@ -17,10 +17,14 @@ from eagle3_top.tracer.analysis.findings import Finding
 from eagle3_top.tracer.analysis.layer_map import SlotRow
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
 from eagle3_top.tracer.schema import AuxSample, Health, Hello, StepView
+from eagle3_top.tracer.subscriber import Loss
 
 from .diagnosis import Diagnosis
 
 STALE_AFTER_S = 3.0
+# Silent this long (a publisher sends health every second), a source is shown as dead; the book
+# forgets it only when it needs the room.
+DEAD_AFTER_S = 30.0
 _NO_DIAGNOSIS = Diagnosis()
 PROPOSAL_ROWS = 3
 
@@ -63,6 +67,10 @@ class SourceSnapshot:
     hellos: int
     auxes: int
     probes: int
+    loss: Loss = Loss()  # the holes by kind: transit, tracer drops, restarts, late join
+    malformed: int = 0  # its events that failed the schema
+    last_malformed: str | None = None
+    dead: bool = False  # silent past DEAD_AFTER_S, or its publisher said goodbye
     findings: tuple[Finding, ...] = ()  # errors first
     findings_error: str | None = None
     layer_rows: tuple[SlotRow, ...] = ()  # with a manifest only
@@ -81,6 +89,7 @@ class Snapshot:
     frames: int = 0
     bytes: int = 0
     events: int = 0
+    evicted_sources: int = 0  # forgotten to bound memory (more sources than the monitor holds)
 
     def source(self, key: str | None) -> SourceSnapshot | None:
         for s in self.sources:
@@ -93,13 +102,14 @@ class Snapshot:
 class Transport:
     """The subscriber's side of the picture, copied out with the snapshot."""
 
-    sources: Mapping[str, tuple[int, int]]  # src -> (received, missed)
+    sources: Mapping[str, Loss]
     endpoints: Mapping[str, str]
     malformed: int = 0
     last_malformed: str | None = None
     unknown_kinds: int = 0
     frames: int = 0
     bytes: int = 0
+    evicted_sources: int = 0
 
 
 def proposal_rows(sv: StepView | None, rows: int = PROPOSAL_ROWS) -> tuple[ProposalRow, ...]:
@@ -166,7 +176,7 @@ def take_snapshot(
     out = []
     for key, st in book.sources.items():
         host, pid, rank = st.host_pid_rank
-        received, missed = transport.sources.get(key, (st.events, 0))
+        loss = transport.sources.get(key) or Loss(received=st.events)
         age = max(0.0, now - st.last_seen)
         sv = st.latest_step()
         diag = diagnoses.get(key) or _NO_DIAGNOSIS
@@ -188,9 +198,13 @@ def take_snapshot(
                 last_topk=sv.topk if sv else 0,
                 stale=age > stale_after_s,
                 age_s=age,
-                received=received,
-                missed=missed,
+                received=loss.received,
+                missed=loss.gaps,
                 steps=st.steps,
+                loss=loss,
+                malformed=st.malformed,
+                last_malformed=st.last_malformed,
+                dead=age > DEAD_AFTER_S or (st.health is not None and st.health.final),
                 step_errors=st.step_errors,
                 hellos=st.hellos,
                 auxes=st.auxes,
@@ -212,4 +226,5 @@ def take_snapshot(
         frames=transport.frames,
         bytes=transport.bytes,
         events=book.events,
+        evicted_sources=max(transport.evicted_sources, book.dropped_sources),
     )

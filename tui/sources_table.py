@@ -26,6 +26,12 @@ def source_state(src: SourceSnapshot, snap: Snapshot) -> Text:
         ep_state = snap.endpoints[0][1]
         if ep_state not in ("connected",):
             return Text(ep_state, style="bold red" if "down" in ep_state or "fail" in ep_state else "yellow")
+    if src.health is not None and src.health.engine_error:
+        return Text("engine failed", style="bold red")
+    if src.health is not None and src.health.final:
+        return Text(f"closed {src.age_s:.0f}s ago", style="dim")
+    if src.dead:
+        return Text(f"dead {src.age_s:.0f}s", style="bold red")
     if src.stale:
         return Text(f"stale {src.age_s:.0f}s", style="bold yellow")
     if src.health is not None and src.health.disabled:
@@ -85,9 +91,14 @@ class SourcesTable(DataTable):
                 ],
             )
             return
-        if _NO_SOURCE in self.rows:
-            self.remove_row(_NO_SOURCE)
-            self._cells = {k: v for k, v in self._cells.items() if k[0] != _NO_SOURCE}
+        keep = {src.key for src in snap.sources}
+        gone = [k.value for k in self.rows if k.value not in keep]
+        for key in gone:  # the no-source row, and sources the monitor forgot to bound its memory
+            if key is not None:
+                self.remove_row(key)
+        if gone:
+            forgotten = set(gone)
+            self._cells = {k: v for k, v in self._cells.items() if k[0] not in forgotten}
         for src in snap.sources:
             s = src.summary
             dropped = src.health.dropped if src.health is not None else None

@@ -20,12 +20,14 @@ def render_status(title: str, snap: Snapshot | None, paused: bool, error: str | 
             style = (
                 "green"
                 if state == "connected"
-                else ("bold red" if "down" in state or "fail" in state else "yellow")
+                else ("bold red" if "down" in state or "fail" in state or "refused" in state else "yellow")
             )
             t.append(f" {ep} ", style="dim")
             t.append(state, style=style)
         if snap.malformed:
             t.append(f"  malformed {snap.malformed}", style="bold red")
+        if snap.evicted_sources:
+            t.append(f"  {snap.evicted_sources} sources forgotten", style="yellow")
     return t
 
 

@@ -24,7 +24,9 @@ Environment:
 - ``EAGLE3_TOP_AUX_INTERVAL``: seconds between aux fingerprints (default 0.2).
 - ``EAGLE3_TOP_FORCE=1``: try on an SGLang version outside the tested range.
 - ``EAGLE3_TOP_PAUSE_FILE``: while this file exists nothing is recorded (checked twice a second).
-- ``EAGLE3_TOP_CURVE_SECRET`` / ``EAGLE3_TOP_CURVE_CLIENTS``: CURVE certificate and admitted clients.
+- ``EAGLE3_TOP_CURVE_SECRET`` / ``EAGLE3_TOP_CURVE_CLIENTS``: CURVE certificate and admitted clients;
+  ``EAGLE3_TOP_CURVE_ANY_CLIENT=1`` instead of the clients: encrypt, admit anyone with the server key.
+  A half configuration publishes nothing (one log line).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from eagle3_top.tracer.curve import CurveServer
     from eagle3_top.tracer.schema import Hello
 
 log = logging.getLogger("eagle3_top.hooks.sglang")
@@ -49,6 +52,7 @@ ENV_FORCE = "EAGLE3_TOP_FORCE"
 ENV_PAUSE_FILE = "EAGLE3_TOP_PAUSE_FILE"  # while this file exists the tracer records nothing
 ENV_CURVE_SECRET = "EAGLE3_TOP_CURVE_SECRET"  # .key_secret certificate: publish CURVE-encrypted
 ENV_CURVE_CLIENTS = "EAGLE3_TOP_CURVE_CLIENTS"  # directory of admitted client certificates
+ENV_CURVE_ANY_CLIENT = "EAGLE3_TOP_CURVE_ANY_CLIENT"  # =1: encrypt, but admit any client
 
 SUPPORTED = ((0, 5, 17), (0, 5, 23))
 VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
@@ -313,9 +317,29 @@ def tracer_for_worker(worker: Any) -> Any:
         return tracers[key]
 
 
+def curve_from_env() -> CurveServer | None:
+    """The publisher's CURVE settings from the environment (None: plain); raises ``KeyError_``."""
+    from eagle3_top.tracer.curve import ServerNames, server_config
+
+    names = ServerNames(ENV_CURVE_SECRET, ENV_CURVE_CLIENTS, f"{ENV_CURVE_ANY_CLIENT}=1")
+    return server_config(
+        os.environ.get(ENV_CURVE_SECRET) or None,
+        os.environ.get(ENV_CURVE_CLIENTS) or None,
+        os.environ.get(ENV_CURVE_ANY_CLIENT) == "1",
+        names,
+    )
+
+
 def _start(worker: Any) -> Any:
     endpoint = os.environ.get(ENV_PUBLISH)
     if not endpoint:
+        return None
+    from eagle3_top.tracer.curve import KeyError_
+
+    try:  # ahead of the rank check, so that every rank says why the stream stays off
+        curve = curve_from_env()
+    except KeyError_ as exc:
+        _one_line(f"not publishing: {exc}")
         return None
     r = ranks()
     all_ranks = os.environ.get(ENV_ALL_RANKS) == "1"
@@ -334,17 +358,11 @@ def _start(worker: Any) -> Any:
         from eagle3_top.tracer.tracer import Tracer
 
         ep = endpoint_for_rank(endpoint, global_rank)
-        secret = None
-        if os.environ.get(ENV_CURVE_SECRET):
-            from eagle3_top.tracer.curve import load_secret
-
-            secret = load_secret(os.environ[ENV_CURVE_SECRET])[1]
         publisher = Publisher(
             ep,
             SourceId.local(rank=global_rank, engine="sglang"),
             allow_remote=os.environ.get(ENV_ALLOW_REMOTE) == "1",
-            curve_secret_key=secret,
-            curve_clients_dir=os.environ.get(ENV_CURVE_CLIENTS) or None,
+            curve=curve,
         )
         tracer = Tracer(
             publisher,

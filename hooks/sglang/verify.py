@@ -105,7 +105,11 @@ def make_around_verify(
 
     def around_verify(original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
-        result = original(self, batch, *args, **kwargs)
+        try:
+            result = original(self, batch, *args, **kwargs)
+        except BaseException as exc:
+            report_engine_failure(get_tracer, self, exc)
+            raise
         try:
             tracer = get_tracer(self)
         except Exception:
@@ -115,6 +119,24 @@ def make_around_verify(
         return result
 
     return around_verify
+
+
+def report_engine_failure(
+    get_tracer: Callable[[Any], Tracer | None], worker: Any, exc: BaseException
+) -> None:
+    """SGLang's own verify raised: the scheduler is about to die. Put the error on a health event
+    and give the sender a moment to send it, so a monitor or ``check`` learns why the stream ends."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return
+    try:
+        tracer = get_tracer(worker)
+        if tracer is not None:
+            tracer.publisher.engine_failed(f"verify raised {type(exc).__name__}: {str(exc)[:200]}")
+            flush = getattr(tracer.publisher, "flush", None)
+            if flush is not None:
+                flush(0.5)
+    except Exception:
+        pass
 
 
 def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep) -> None:

@@ -14,20 +14,31 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import re
 import sys
-from typing import IO, cast
+from typing import IO, TYPE_CHECKING, cast
 
-import torch
+# torch and the model load only once there is work to do: ``gen-data --help`` answers at once.
+if TYPE_CHECKING:
+    import torch
 
-from .model import ToyLlamaConfig, ToyLlamaForCausalLM
-from .paths import draft_dir, target_dir
-from .train import AUX_IDS, greedy_generate
-from .workload import make_sequences
+    from .model import ToyLlamaForCausalLM
 
 GROUP = 2000  # SpecForge's --file-group-size default
+# The canonical layers the bundled draft was trained on: ``train.AUX_IDS``, spelled out because
+# train imports torch at once and gen-data's --help must not (tests/test_manifest.py holds them equal).
+DEFAULT_LAYERS = (-1, 2, 5)
+# A comma-separated list of integers that starts with a minus sign: argparse would take it for an
+# option ("--layers: expected one argument").
+_NEGATIVE_LIST = re.compile(r"^-\d+(\s*,\s*-?\d+)*\s*,?$")
+LIST_OPTIONS = ("--layers",)
 
 
 def load_target(path: str) -> ToyLlamaForCausalLM:
+    import torch
+
+    from .model import ToyLlamaConfig, ToyLlamaForCausalLM
+
     model = ToyLlamaForCausalLM(ToyLlamaConfig.load(path))
     sd = torch.load(os.path.join(path, "model.pt"), weights_only=True)
     model.load_state_dict({k: v.float() for k, v in sd.items()})
@@ -36,12 +47,35 @@ def load_target(path: str) -> ToyLlamaForCausalLM:
 
 def parse_layers(text: str) -> list[int]:
     try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
+        layers = [int(t) for t in text.replace(" ", "").split(",") if t]
     except ValueError:
         raise argparse.ArgumentTypeError(f"layers must be comma-separated integers, got {text!r}") from None
+    if not layers:
+        raise argparse.ArgumentTypeError("layers: give at least one layer id")
+    return layers
+
+
+def attach_list_values(argv: list[str], options: tuple[str, ...] = LIST_OPTIONS) -> list[str]:
+    """``--layers -1,2,5`` as ``--layers=-1,2,5``, which argparse reads as meant."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            out.extend(argv[i:])
+            break
+        if arg in options and i + 1 < len(argv) and _NEGATIVE_LIST.match(argv[i + 1]):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def write_vocab_mapping(out: str, draft_path: str, vocab_size: int) -> None:
+    import torch
+
     sd = torch.load(os.path.join(draft_path, "model.pt"), weights_only=True)
     d2t = next((v for k, v in sd.items() if k.endswith("d2t")), None)
     if d2t is None:
@@ -62,10 +96,18 @@ def generate(
     new_tokens: int = 96,
     seed: int = 7,
     compress: bool = False,
-    dtype: torch.dtype = torch.bfloat16,
+    dtype: torch.dtype | None = None,
     target_path: str | None = None,
     chunk: int = 64,
 ) -> int:
+    """Write ``num_samples`` files under ``out``; ``dtype`` defaults to bfloat16 (SpecForge's)."""
+    import torch
+
+    from .paths import target_dir
+    from .train import greedy_generate
+    from .workload import make_sequences
+
+    dtype = torch.bfloat16 if dtype is None else dtype
     target = load_target(target_path or target_dir())
     n_layers = target.config.num_hidden_layers
     bad = [k for k in layers if not -1 <= k < n_layers]
@@ -105,7 +147,17 @@ def generate(
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {n}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="eagle3-top toy gen-data", description=__doc__.splitlines()[0] if __doc__ else None
     )
@@ -113,16 +165,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--layers",
         type=parse_layers,
-        default=list(AUX_IDS),
-        help="canonical layer ids to capture (default: what the bundled draft was trained on, -1,2,5)",
+        default=list(DEFAULT_LAYERS),
+        help="canonical layer ids to capture, comma-separated (default: what the bundled draft was "
+        "trained on, -1,2,5)",
     )
-    ap.add_argument("--num-samples", type=int, default=64)
-    ap.add_argument("--prompt-len", type=int, default=48)
-    ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--num-samples", type=_positive, default=64)
+    ap.add_argument("--prompt-len", type=_positive, default=48)
+    ap.add_argument("--new-tokens", type=_positive, default=96)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compress", action="store_true", help="write .ckpt.gz (SpecForge --compress)")
     ap.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    ns = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(attach_list_values(list(sys.argv[1:] if argv is None else argv)))
+    try:
+        import torch
+
+        from .model import ToyLlamaConfig
+        from .paths import draft_dir, target_dir
+    except ImportError as exc:
+        print(
+            f"eagle3-top toy gen-data: needs torch: {exc} (pip install 'eagle3-top[torch]')", file=sys.stderr
+        )
+        return 2
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
         n = generate(
@@ -135,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             compress=ns.compress,
             dtype=getattr(torch, ns.dtype),
         )
+        write_vocab_mapping(ns.out, draft_dir(), ToyLlamaConfig.load(target_dir()).vocab_size)
     except (ValueError, OSError) as exc:
         print(f"eagle3-top toy gen-data: {exc}", file=sys.stderr)
         return 2
-    write_vocab_mapping(ns.out, draft_dir(), load_target(target_dir()).config.vocab_size)
     print(f"wrote {n} samples to {ns.out} (layers {sorted(set(ns.layers))}, ascending)")
     return 0

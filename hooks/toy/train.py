@@ -322,8 +322,9 @@ def main(argv=None) -> int:
         draft_sequences=a.draft_sequences,
         seed=a.seed,
     )
-    with open(os.path.join(ddir, "training_metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    for d in (ddir, bad):  # the same weights: the mis-wired copy claims what the draft reached
+        with open(os.path.join(d, "training_metrics.json"), "w") as f:
+            json.dump(metrics, f, indent=2)
     print(json.dumps(metrics))
     return 0
 

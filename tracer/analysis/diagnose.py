@@ -30,6 +30,8 @@ __all__ = ["MIN_AUX_ROWS", "MIN_REQUEST_STEPS", "ProbeEvidence", "diagnose", "ju
 MIN_REQUEST_STEPS = 200
 # Conditional acceptance at a position this far (absolute) below training's acc_i.
 ACCEPT_GAP = 0.25
+# Without any expectation: an accept length this low rarely pays for drafting and verifying.
+LOW_ACCEPT_LENGTH = 1.5
 
 Add = Callable[..., None]
 
@@ -39,14 +41,16 @@ def _fmt(ids: Any) -> str:
 
 
 def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Finding]:
-    """Findings for one source; none before its hello."""
+    """Findings for one source; before its hello, only a crash."""
     out: list[Finding] = []
-    hello = ev.hello
-    if hello is None:
-        return out
 
     def add(code: str, severity: str, message: str, fix: str, **evidence: Any) -> None:
         out.append(Finding(code, severity, message, fix, ev.key, evidence))
+
+    _engine(ev, add)  # a crash is news with or without a hello
+    hello = ev.hello
+    if hello is None:
+        return out
 
     _algorithm(hello, manifest, add)
     _rewrites(hello, add)
@@ -56,7 +60,79 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
         _width(hello, aux, add)
     if manifest is not None:
         _against_manifest(ev, hello, aux, manifest, add)
+    _accept_length(ev, hello, manifest, add)
     return out
+
+
+def _engine(ev: SourceEvidence, add: Add) -> None:
+    h = ev.health
+    if h is not None and h.engine_error:
+        add(
+            "ENGINE_FAILED", ERROR,
+            f"the engine's own forward failed: {h.engine_error}",
+            "read the server's log for the traceback; nothing it serves is speculative until it is fixed",
+            engine_error=h.engine_error,
+        )  # fmt: skip
+
+
+def expected_accept_length(hello: Hello, manifest: Manifest | None) -> tuple[float | None, str]:
+    """What the draft should reach on this server, and who says so: the manifest's training
+    metrics, else the draft directory's own claims carried by the hello. With per-position
+    accuracies and the server's effective draft steps, the expectation is the chain's for that many
+    steps (a server run with fewer steps than training cannot reach training's figure)."""
+    acc: list[float] = []
+    sim: float | None = None
+    who = ""
+    if manifest is not None and manifest.training is not None:
+        acc, sim, who = (
+            list(manifest.training_acc),
+            manifest.training.simulated_acc_len,
+            "the manifest's training metrics",
+        )
+    elif hello.claims is not None:
+        acc, sim = list(hello.claims.acc or []), hello.claims.simulated_acc_len
+        who = f"the draft's own {hello.claims.source or 'metrics'}"
+    eff = hello.effective
+    steps = None
+    if eff is not None:
+        steps = eff.num_steps if eff.num_steps is not None else None
+        if steps is None and eff.num_draft_tokens is not None and (eff.topk or 1) == 1:
+            steps = eff.num_draft_tokens - 1
+    if acc and steps is not None and steps >= 0:
+        return 1.0 + float(np.sum(np.cumprod(acc[:steps]))), who
+    if sim is not None:
+        return sim + 1.0, who
+    return None, ""
+
+
+def _accept_length(ev: SourceEvidence, hello: Hello, manifest: Manifest | None, add: Add) -> None:
+    expected, who = expected_accept_length(hello, manifest)
+    s = ev.acceptance
+    measured = s.mean_accept_length
+    if measured is None or s.request_steps < MIN_REQUEST_STEPS:
+        return
+    if expected is None:
+        if measured < LOW_ACCEPT_LENGTH:
+            add(
+                "ACCEPT_LENGTH_LOW", WARNING,
+                f"accept length {measured:.2f} over {s.request_steps} request-steps: speculation "
+                "likely costs more than it saves (no training metrics to compare with)",
+                "give check the training manifest (--manifest), or put the draft's "
+                "training_metrics.json beside its config.json, to judge against training",
+                measured=round(measured, 4), request_steps=s.request_steps,
+            )  # fmt: skip
+        return
+    low = low_accept_threshold(expected, hello.effective.num_draft_tokens if hello.effective else None)
+    if measured < low:
+        add(
+            "ACCEPT_LENGTH_FAR_BELOW_EXPECTED", ERROR,
+            f"accept length {measured:.2f} over {s.request_steps} request-steps, far below the "
+            f"{expected:.2f} that {who} claims (threshold {low:.2f})",
+            "fix any wiring finding first; if there is none, compare the serving traffic and flags "
+            "with training's (eagle3-top probe replays training samples)",
+            measured=round(measured, 4), expected=round(expected, 4), threshold=round(low, 4),
+            request_steps=s.request_steps, claimed_by=who,
+        )  # fmt: skip
 
 
 def _algorithm(hello: Hello, manifest: Manifest | None, add: Add) -> None:

@@ -33,6 +33,7 @@ from eagle3_top.tracer.schema import (
     StepView,
     aux_view,
     check_values,
+    printable,
     probe_view,
     split_source_key,
     step_columns,
@@ -110,6 +111,8 @@ class SourceEvidence:
     events: int = 0
     steps: int = 0
     step_errors: int = 0
+    malformed: int = 0  # events of this source whose body failed the schema, any kind
+    last_malformed: str | None = None
     hellos: int = 0
     healths: int = 0
     auxes: int = 0
@@ -205,6 +208,11 @@ class EvidenceBook:
             except DecodeError as exc:
                 self._malformed(st, ev, exc, on_malformed)
                 continue
+            except Exception as exc:  # a body the schema let through by mistake: it costs itself only
+                self._malformed(
+                    st, ev, DecodeError(f"unreadable {kind}: {type(exc).__name__}: {exc}"), on_malformed
+                )
+                continue
             used += 1
         for (key, n), items in groups.items():
             grouped = self.sources.get(key)
@@ -220,8 +228,10 @@ class EvidenceBook:
         if ev.kind == STEP:
             st.step_errors += 1
             self.step_errors += 1
+        st.malformed += 1
+        st.last_malformed = reason = printable(f"{ev.kind} seq {ev.seq}: {exc}", 200)
         if on_malformed is not None:
-            on_malformed(f"{ev.src} seq {ev.seq}: {exc}")
+            on_malformed(f"{ev.src} {reason}")
 
     def _add_group(
         self,

@@ -9,6 +9,7 @@ uses (``tracer.fingerprint``), so live and training numbers compare number for n
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -17,12 +18,18 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer import __version__
+from eagle3_top.tracer.claims import metrics_from_json
 from eagle3_top.tracer.fingerprint import FingerprintAccumulator, fingerprint
 from eagle3_top.tracer.wiring import d2t_summary, draft_layer_ids
 
 from .manifest import (
+    MAX_LAYERS,
+    MAX_PROBES,
+    MAX_SIZE,
+    MAX_SLOTS,
     AuxLayers,
     DraftInfo,
+    Fields,
     Manifest,
     ManifestError,
     ProbeSample,
@@ -40,20 +47,91 @@ def specforge_default_ids(num_layers: int) -> list[int]:
     return [1, num_layers // 2 - 1, num_layers - 4]
 
 
-def _draft_flags(cfg: dict[str, Any]) -> dict[str, Any]:
-    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    assert isinstance(ec, dict)
+def _config_path(path: str) -> str:
+    return os.path.join(path, "config.json") if os.path.isdir(path) else path
+
+
+def _arch(c: Fields, cfg: dict[str, Any]) -> str | None:
+    archs = cfg.get("architectures")
+    if archs is None:
+        return None
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        c.expected("architectures", "a list of strings", archs)
+    return archs[0] if archs else None
+
+
+def _flag(c: Fields, v: Any, where: str, default: bool) -> bool:
+    c.flag(v, where)
+    return default if v is None else bool(v)
+
+
+def _size(c: Fields, cfg: dict[str, Any], key: str) -> int | None:
+    return c.opt_integer(cfg.get(key), key, 1, MAX_SIZE)
+
+
+def _finite_tree(v: Any) -> bool:
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            return False
+        if isinstance(x, (dict, list)):
+            stack.extend(x.values() if isinstance(x, dict) else x)
+    return True
+
+
+def _draft_flags(cfg: dict[str, Any], path: str) -> dict[str, Any]:
+    """What the manifest keeps of the draft config; ManifestError (one line naming the key) for a
+    key of the wrong type: a hostile or broken config must not become a manifest nobody can load."""
+    c = Fields(path)
+    ec = c.obj(cfg.get("eagle_config"), "eagle_config")
+    if not _finite_tree(ec):
+        c.fail("eagle_config", "holds a number that is not finite (NaN or Infinity)")
+    for where, ids in (
+        ("eagle_config.eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids")),
+        ("eagle_aux_hidden_state_layer_ids", cfg.get("eagle_aux_hidden_state_layer_ids")),
+    ):
+        if ids is not None:
+            c.integers(ids, where, -1, MAX_LAYERS - 1, MAX_SLOTS, min_len=1)
+    norm_before_fc = _flag(c, cfg.get("norm_before_fc"), "norm_before_fc", False)
+    fc_norm = _flag(c, cfg.get("fc_norm"), "fc_norm", False)
+    use_aux_norm = _flag(c, cfg.get("use_aux_norm"), "use_aux_norm", False)
     return {
-        "arch": (cfg.get("architectures") or [None])[0],
-        "hidden_size": cfg.get("hidden_size"),
-        "target_hidden_size": cfg.get("target_hidden_size"),
-        "vocab_size": cfg.get("vocab_size"),
-        "draft_vocab_size": cfg.get("draft_vocab_size"),
-        "norm_before_fc": bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False))),
-        "fc_norm": bool(cfg.get("fc_norm", False) or cfg.get("use_aux_norm", False)),
-        "use_aux_hidden_state": bool(ec.get("use_aux_hidden_state", True)),
+        "arch": _arch(c, cfg),
+        "hidden_size": _size(c, cfg, "hidden_size"),
+        "target_hidden_size": _size(c, cfg, "target_hidden_size"),
+        "vocab_size": _size(c, cfg, "vocab_size"),
+        "draft_vocab_size": _size(c, cfg, "draft_vocab_size"),
+        "norm_before_fc": _flag(c, ec.get("norm_before_fc"), "eagle_config.norm_before_fc", norm_before_fc),
+        "fc_norm": fc_norm or use_aux_norm,
+        "use_aux_hidden_state": _flag(
+            c, ec.get("use_aux_hidden_state"), "eagle_config.use_aux_hidden_state", True
+        ),
         "eagle_config": ec or None,
     }
+
+
+def _target_fields(cfg: dict[str, Any], path: str) -> dict[str, Any]:
+    c = Fields(path)
+    return {
+        "arch": _arch(c, cfg),
+        "num_layers": c.opt_integer(cfg.get("num_hidden_layers"), "num_hidden_layers", 1, MAX_LAYERS),
+        "hidden_size": _size(c, cfg, "hidden_size"),
+        "vocab_size": _size(c, cfg, "vocab_size"),
+    }
+
+
+def _d2t_of(path: str, v: Any) -> np.ndarray:
+    import torch
+
+    if (
+        not isinstance(v, torch.Tensor)
+        or v.is_floating_point()
+        or v.is_complex()
+        or v.layout != torch.strided
+    ):
+        raise TrainFileError(f"{path}: its d2t is not a dense integer tensor")
+    return np.asarray(v.reshape(-1).long().numpy())
 
 
 def _find_d2t(draft_dir: str, vocab_mapping: str | None) -> tuple[np.ndarray | None, str | None]:
@@ -69,51 +147,37 @@ def _find_d2t(draft_dir: str, vocab_mapping: str | None) -> tuple[np.ndarray | N
         sd = torch_load(pt)
         if isinstance(sd, dict):
             for k, v in sd.items():
-                if k.endswith("d2t"):
-                    return np.asarray(v.numpy(), dtype=np.int64).reshape(-1), pt
+                if isinstance(k, str) and k.endswith("d2t"):
+                    return _d2t_of(pt, v), pt
     st = os.path.join(draft_dir, "model.safetensors")
     if os.path.exists(st):
         try:
-            from safetensors.numpy import load_file
+            from safetensors import safe_open
         except ImportError:
             return None, None
-        for k, v in load_file(st).items():
-            if k.endswith("d2t"):
-                return np.asarray(v, dtype=np.int64).reshape(-1), st
+        try:  # only the d2t tensor is read: a draft's weights may be gigabytes
+            with safe_open(st, framework="np") as f:
+                for k in f.keys():
+                    if k.endswith("d2t"):
+                        return np.asarray(f.get_tensor(k), dtype=np.int64).reshape(-1), st
+        except Exception as exc:  # safetensors' own error type, or numpy's on a bad dtype
+            raise TrainFileError(f"{st}: not a readable safetensors file: {exc}") from None
     return None, None
 
 
 def read_training_metrics(path: str) -> TrainingMetrics:
     """Per-position accuracy and simulated accept length from a metrics JSON, in any of the
     spellings SpecForge and EAGLE use: ``acc_i`` / ``train/acc_i`` / ``eval/acceptance_rate_i``
-    keys, or lists under ``per_position_acc`` / ``acc``."""
+    keys, or lists under ``per_position_acc`` / ``acc``. Accuracies must lie in [0, 1]."""
     data = read_json(path, "training metrics")
-    acc: list[float] = []
-    for key in ("per_position_acc", "eval/per_position_acc", "acc_per_position", "acc"):
-        val = data.get(key)
-        if isinstance(val, list) and val and all(isinstance(v, (int, float)) for v in val):
-            acc = [float(v) for v in val]
-            break
-    if not acc:
-        for prefix in ("eval/acc_", "train/acc_", "acc_", "eval/acceptance_rate_"):
-            found = {}
-            for k, v in data.items():
-                if k.startswith(prefix) and k[len(prefix) :].isdigit() and isinstance(v, (int, float)):
-                    found[int(k[len(prefix) :])] = float(v)
-            if found:
-                acc = [found[i] for i in sorted(found)]
-                break
-    sim = None
-    for key in ("simulated_acc_len", "eval/simulated_acc_len"):
-        if isinstance(data.get(key), (int, float)):
-            sim = float(data[key])
+    try:
+        acc, sim = metrics_from_json(data, Fields(path).number)
+    except ManifestError:
+        raise
+    except ValueError as exc:  # plain checks of the shared reader (a list too long, say)
+        raise ManifestError(f"{path}: {exc}") from None
     if not acc and sim is None:
         raise ManifestError(f"{path}: no per-position accuracy (acc_i) or simulated_acc_len found")
-    if sim is None and acc:
-        sim, cum = 0.0, 1.0
-        for a in acc:
-            cum *= a
-            sim += cum
     return TrainingMetrics(acc, sim, os.path.abspath(path))
 
 
@@ -138,21 +202,37 @@ def build_manifest(
 ) -> Manifest:
     """Build the manifest; raises ManifestError / TrainFileError with a one-line reason."""
     dcfg = read_json(draft_dir, "draft config.json")
-    flags = _draft_flags(dcfg)
-    tcfg = read_json(target_config, "target config.json") if target_config else None
+    flags = _draft_flags(dcfg, _config_path(draft_dir))
+    target: dict[str, Any] = {}
+    if target_config:
+        target = _target_fields(read_json(target_config, "target config.json"), _config_path(target_config))
     ids, where = draft_layer_ids(dcfg)
-    num_layers = int(tcfg["num_hidden_layers"]) if tcfg and "num_hidden_layers" in tcfg else None
+    num_layers = target.get("num_layers")
     ids_source = where
     if ids is None:
         if num_layers is None:
             raise ManifestError(
                 f"{draft_dir}: the draft config lists no eagle_aux_hidden_state_layer_ids; "
-                "give --target-config so SpecForge's default layers can be assumed"
+                "give --target-config (with num_hidden_layers) so SpecForge's default layers can be assumed"
             )
         ids, ids_source = specforge_default_ids(num_layers), "specforge_default"
+        if min(ids) < -1:
+            raise ManifestError(
+                f"{_config_path(target_config or '')}: num_hidden_layers {num_layers} is too few for "
+                f"SpecForge's default layers {ids}; list the ids in the draft config"
+            )
     if concat_order not in ("ascending", "list"):
         raise ManifestError(f"concat order {concat_order!r}: expected 'ascending' or 'list'")
+    if not 0 <= probes <= MAX_PROBES:
+        raise ManifestError(f"probes {probes}: expected 0 to {MAX_PROBES}")
+    if max_files is not None and max_files < 1:
+        raise ManifestError(f"max files {max_files}: expected at least 1")
     order = sorted(set(ids)) if concat_order == "ascending" else list(ids)
+    # the small inputs first: a bad one must not surface after an hour of reading training files
+    training = read_training_metrics(metrics) if metrics else None
+    d2t, d2t_src = _find_d2t(draft_dir, vocab_mapping)
+    if d2t is not None and d2t.size and int(np.abs(d2t).max()) > MAX_SIZE:
+        raise TrainFileError(f"{d2t_src}: d2t offsets reach {int(np.abs(d2t).max())}: not a vocabulary map")
 
     files = find_training_files(data)
     if not files:
@@ -196,10 +276,8 @@ def build_manifest(
                 raise TrainFileError(f"{path}: aux width {total} is not {slots} slots of equal width ({ids})")
             if width is None:
                 width = total // slots
-                hidden = (
-                    (tcfg or {}).get("hidden_size") or flags["target_hidden_size"] or flags["hidden_size"]
-                )
-                if hidden and int(hidden) != width:
+                hidden = target.get("hidden_size") or flags["target_hidden_size"] or flags["hidden_size"]
+                if hidden and hidden != width:
                     raise TrainFileError(
                         f"{path}: aux width {total} = {slots} x {width}, but the target hidden size is {hidden}"
                     )
@@ -228,15 +306,14 @@ def build_manifest(
     if acc.rows == 0:
         raise TrainFileError(f"{data}: training files hold no token rows")
 
-    d2t, d2t_src = _find_d2t(draft_dir, vocab_mapping)
-    vocab = (tcfg or {}).get("vocab_size") or flags["vocab_size"]
+    vocab = target.get("vocab_size") or flags["vocab_size"]
     assert width is not None  # set by the first file; acc.rows > 0 means there was one
     return Manifest(
         path="",
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         builder=f"eagle3-top {__version__}",
         target=TargetInfo(
-            arch=((tcfg or {}).get("architectures") or [None])[0],
+            arch=target.get("arch"),
             num_layers=num_layers,
             hidden_size=width,
             vocab_size=vocab,
@@ -254,5 +331,5 @@ def build_manifest(
         probes=tuple(probe_list),
         vocab=None if d2t is None else d2t_summary(d2t, vocab),
         vocab_source=d2t_src,
-        training=read_training_metrics(metrics) if metrics else None,
+        training=training,
     )

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -180,9 +181,11 @@ def run_probe(
     timeout: float = 60.0,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     curve: CurveClient | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """Subscribe (CURVE-authenticated when ``curve`` is given), replay ``count`` samples through
-    ``server``'s /generate, collect and judge."""
+    ``server``'s /generate, collect and judge. ``progress`` gets a line about once a second."""
+    say = progress or (lambda _line: None)
     if not samples:
         raise ProbeError(
             "no probe samples: the manifest holds none (rebuild it with --probes N) or --data is empty"
@@ -197,6 +200,8 @@ def run_probe(
         # 1. subscribe first: wait for a hello (the publisher sends one to each new subscriber)
         while not got.has_hello and time.monotonic() < deadline:
             got.take(sub.poll(50))
+            states = ", ".join(f"{ep} {st}" for ep, st in sub.endpoints.items())
+            say(f"awaiting a hello from {states} [{time.monotonic() - t0:.0f}s of {timeout:g}s]")
         if not got.has_hello:
             states = ", ".join(f"{ep} {st}" for ep, st in sub.endpoints.items())
             raise ProbeError(f"no hello within {timeout:g}s from {states}: is the server publishing there?")
@@ -226,6 +231,10 @@ def run_probe(
         answered_at: float | None = None
         while time.monotonic() < deadline:
             got.take(sub.poll(50))
+            say(
+                f"{len(metas)} of {len(got.rids)} probe requests answered by {url}, probe rows for "
+                f"{sum(rid in got.chunks for rid in got.rids)} [{time.monotonic() - t0:.0f}s of {timeout:g}s]"
+            )
             while not answers.empty():
                 rid, out = answers.get_nowait()
                 if isinstance(out, ProbeError):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 SUFFIXES = (".ckpt", ".ckpt.gz", ".pt")
+MAX_TOKEN_ID = (1 << 31) - 1
 
 
 class TrainFileError(ValueError):
@@ -63,45 +64,107 @@ def _natural_key(path: str) -> list[Any]:
 
 
 def torch_load(path: str) -> Any:
-    """``torch.load(weights_only=True)``, through gzip for ``.gz``; errors become TrainFileError."""
+    """``torch.load(weights_only=True)``, through gzip for ``.gz``; every failure becomes one
+    TrainFileError line of ours. Torch's own text is not passed on: for a refused file it advises
+    ``weights_only=False``, which would run whatever the file's pickle says."""
     import torch
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's pickle-protocol chatter is not the user's problem
             return _torch_load(torch, path)
+    except TrainFileError:
+        raise
     except pickle.UnpicklingError as exc:
-        text = str(exc)
-        why = next((ln.strip() for ln in text.splitlines() if "Unsupported" in ln or "GLOBAL" in ln), None)
-        why = why or (text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
-        raise TrainFileError(f"{path}: refused to unpickle (not a plain tensor dict): {why}") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TrainFileError(f"{path}: not a readable torch file: {msg}") from None
+        raise TrainFileError(
+            f"{path}: refused to unpickle (not a plain tensor dict): {_refusal(exc)}"
+        ) from None
+    except MemoryError:
+        raise TrainFileError(
+            f"{path}: not a readable torch file: too large for this machine's memory"
+        ) from None
+    except Exception as exc:  # torch's readers raise anything (KeyError, struct.error, ...) on a corrupt file
+        raise TrainFileError(f"{path}: not a readable torch file: {_reason(exc)}") from None
+
+
+def _refusal(exc: BaseException) -> str:
+    """Why the weights-only unpickler stopped, in our words."""
+    text = str(exc)
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return f"it references {found.group(1)}, which a weights-only load does not run"
+    if re.search(r"Unsupported operand|opcode", text):
+        return "not a torch file (its bytes are not a tensor pickle)"
+    return "it holds objects other than tensors and plain containers"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    if not line or re.search(r"weights_only|safe_globals|trust", line):
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {line[:200]}" if isinstance(exc, (KeyError, IndexError)) else line[:200]
+
+
+# Torch's two containers: a zip archive (the default since 1.6) and the legacy bare pickle.
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_PROTO = 0x80
+
+
+def _sniff(path: str, head: bytes) -> None:
+    if not head:
+        raise TrainFileError(f"{path}: empty file, expected a torch file")
+    if not head.startswith(_ZIP_MAGIC) and head[0] != _PICKLE_PROTO:
+        raise TrainFileError(f"{path}: not a torch file (neither torch's zip container nor a pickle)")
 
 
 def _torch_load(torch: Any, path: str) -> Any:
     if path.endswith(".gz"):
         with gzip.open(path, "rb") as f:
             data = io.BytesIO(f.read())
+        _sniff(path, data.getvalue()[:4])
         return torch.load(data, map_location="cpu", weights_only=True)
-    # mmap spares a copy, but only the zip container (torch >= 1.6's default) supports it; the
-    # legacy container is rare, so try mmap first rather than sniff every file.
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError as exc:
-        if "mmap" not in str(exc):
-            raise
-    return torch.load(path, map_location="cpu", weights_only=True)
+    with open(path, "rb") as f:
+        head = f.read(4)
+    _sniff(path, head)
+    # mmap spares a copy; only the zip container supports it
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=head.startswith(_ZIP_MAGIC))
 
 
-def _tensor(path: str, data: dict[str, Any], key: str) -> Any:
+def _tensor(path: str, data: dict[str, Any], key: str, kind: str = "any") -> Any:
+    """``data[key]``, a dense CPU tensor of ``kind``: "ids" (integers), "rows" (floating point)."""
     import torch
 
     val = data.get(key)
     if not isinstance(val, torch.Tensor):
         raise TrainFileError(f"{path}: '{key}' is {type(val).__name__}, expected a tensor")
+    if val.layout != torch.strided or val.is_quantized or val.is_complex():
+        raise TrainFileError(
+            f"{path}: '{key}' is a {val.layout} {val.dtype} tensor, expected a dense real one"
+        )
+    if kind == "ids" and (val.is_floating_point() or val.dtype == torch.bool):
+        raise TrainFileError(f"{path}: '{key}' is a {val.dtype} tensor, expected integer token ids")
+    if kind == "rows" and not val.is_floating_point():
+        raise TrainFileError(
+            f"{path}: '{key}' is a {val.dtype} tensor, expected floating-point hidden states"
+        )
     return val
+
+
+def _ids(path: str, data: dict[str, Any]) -> np.ndarray:
+    ids = _tensor(path, data, "input_ids", "ids").reshape(-1).long().numpy()
+    if ids.size and (ids.min() < 0 or ids.max() > MAX_TOKEN_ID):
+        raise TrainFileError(f"{path}: input_ids hold {int(ids.min())} .. {int(ids.max())}, not token ids")
+    return ids
+
+
+def _mask(path: str, data: dict[str, Any], n: int) -> np.ndarray | None:
+    if data.get("loss_mask") is None:
+        return None
+    mask = _tensor(path, data, "loss_mask").reshape(-1)
+    if mask.shape[0] != n:
+        raise TrainFileError(f"{path}: loss_mask has {mask.shape[0]} positions, input_ids {n}")
+    return mask.ne(0).numpy()
 
 
 def _real_length(input_ids: np.ndarray, loss_mask: np.ndarray | None) -> int:
@@ -118,11 +181,22 @@ def _real_length(input_ids: np.ndarray, loss_mask: np.ndarray | None) -> int:
 def parse_sample(path: str, data: Any) -> TrainingSample:
     if not isinstance(data, dict):
         raise TrainFileError(f"{path}: top level is {type(data).__name__}, expected a dict of tensors")
+    try:
+        return _parse_sample(path, data)
+    except TrainFileError:
+        raise
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        # a tensor whose shape or storage no reshape accepts: the checks above missed a case
+        raise TrainFileError(f"{path}: unexpected contents: {type(exc).__name__}: {_reason(exc)}") from None
+
+
+def _parse_sample(path: str, data: dict[str, Any]) -> TrainingSample:
     if "aux_hidden_state" in data:
-        ids = _tensor(path, data, "input_ids").reshape(-1).numpy().astype(np.int64)
-        mask_t = data.get("loss_mask")
-        mask = mask_t.reshape(-1).numpy() if mask_t is not None else None
-        aux = _tensor(path, data, "aux_hidden_state")
+        ids = _ids(path, data)
+        mask = _mask(path, data, ids.shape[0])
+        aux = _tensor(path, data, "aux_hidden_state", "rows")
+        if aux.dim() == 0 or aux.shape[-1] == 0:
+            raise TrainFileError(f"{path}: aux_hidden_state {tuple(aux.shape)} has no columns")
         aux = aux.reshape(-1, aux.shape[-1]) if aux.dim() == 3 else aux
         if aux.dim() != 2 or aux.shape[0] != ids.shape[0]:
             raise TrainFileError(
@@ -131,21 +205,25 @@ def parse_sample(path: str, data: Any) -> TrainingSample:
         n = _real_length(ids, mask)
         return TrainingSample(path, "specforge", ids[:n], None if mask is None else mask[:n], aux[:n], None)
     if "hidden_states" in data:
-        ids = _tensor(path, data, "input_ids").reshape(-1).numpy().astype(np.int64)
+        import torch
+
+        ids = _ids(path, data)
         hs = data["hidden_states"]
         if not isinstance(hs, (list, tuple)) or not hs:
             raise TrainFileError(f"{path}: 'hidden_states' must be a non-empty list of tensors")
-        import torch
-
         parts = []
         for i, t in enumerate(hs):
-            if not isinstance(t, torch.Tensor):
-                raise TrainFileError(f"{path}: hidden_states[{i}] is {type(t).__name__}, expected a tensor")
+            t = _tensor(path, {f"hidden_states[{i}]": t}, f"hidden_states[{i}]", "rows")
+            if t.dim() == 0 or t.shape[-1] == 0:
+                raise TrainFileError(f"{path}: hidden_states[{i}] {tuple(t.shape)} has no hidden dimension")
             parts.append(t.reshape(-1, t.shape[-1]))
         if len({p.shape for p in parts}) != 1 or parts[0].shape[0] != ids.shape[0]:
             raise TrainFileError(f"{path}: hidden_states shapes {[tuple(p.shape) for p in parts]} disagree")
-        mask_t = data.get("loss_mask")
-        mask = mask_t.reshape(-1).numpy() if mask_t is not None else None
+        if len({p.dtype for p in parts}) != 1:
+            raise TrainFileError(
+                f"{path}: hidden_states dtypes {sorted({str(p.dtype) for p in parts})} differ"
+            )
+        mask = _mask(path, data, ids.shape[0])
         n = _real_length(ids, mask)
         return TrainingSample(
             path, "legacy", ids[:n], None if mask is None else mask[:n], torch.cat(parts, -1)[:n], len(parts)
@@ -175,7 +253,12 @@ def load_vocab_mapping(path: str) -> VocabMapping:
     data = torch_load(path)
     if not isinstance(data, dict) or "d2t" not in data:
         raise TrainFileError(f"{path}: expected a dict with 'd2t' (and 't2d')")
-    d2t = np.asarray(data["d2t"].numpy() if hasattr(data["d2t"], "numpy") else data["d2t"], dtype=np.int64)
-    t2d = data.get("t2d")
-    t2d_np = None if t2d is None else np.asarray(t2d.numpy() if hasattr(t2d, "numpy") else t2d, dtype=bool)
-    return VocabMapping(d2t.reshape(-1), None if t2d_np is None else t2d_np.reshape(-1))
+    raw = data["d2t"]
+    if isinstance(raw, list) and all(type(v) is int and abs(v) < 1 << 62 for v in raw):  # a hand-written map
+        d2t = np.asarray(raw, dtype=np.int64)
+    else:
+        d2t = _tensor(path, data, "d2t", "ids").reshape(-1).long().numpy()
+    t2d = None
+    if data.get("t2d") is not None:
+        t2d = _tensor(path, data, "t2d").reshape(-1).ne(0).numpy()
+    return VocabMapping(d2t, t2d)

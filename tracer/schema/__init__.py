@@ -30,7 +30,7 @@ from .envelope import (
     split_source_key,
 )
 from .health import Health
-from .hello import SPEC_KEYS, AuxWiring, Hello, ModelInfo, Rewrite, SpecConfig, VocabSummary
+from .hello import SPEC_KEYS, AuxWiring, DraftClaims, Hello, ModelInfo, Rewrite, SpecConfig, VocabSummary
 from .probe import PROBE_AUX_DTYPE, PROBE_MARKER, ProbeRows, is_probe_rid, probe_body, probe_view
 from .step import (
     BONUS,
@@ -45,12 +45,13 @@ from .step import (
     step_columns,
     step_view,
 )
+from .text import printable
 
 __all__ = [
     "AUX", "BONUS", "HEALTH", "HELLO", "KINDS", "PROBE", "PROBE_AUX_DTYPE", "PROBE_MARKER", "SCHEMA_VERSION",
-    "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "Event", "Fingerprint",
+    "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "DraftClaims", "Event", "Fingerprint",
     "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
     "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",
-    "column", "decode", "encode", "is_probe_rid", "probe_body", "probe_view", "split_source_key",
+    "column", "decode", "encode", "is_probe_rid", "probe_body", "printable", "probe_view", "split_source_key",
     "step_body", "step_columns", "step_view",
 ]  # fmt: skip

@@ -8,16 +8,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from .envelope import DecodeError, Event
+from .text import printable
+
+MAX_SLOTS = 1024
+MAX_SKETCH = 256
+MAX_ROWS = 1 << 48
+# Statistics of fp16/bf16/fp32 activations; anything beyond is a corrupt or hostile frame, and
+# would overflow the row-weighted merge.
+MAX_STAT = 1e30
 
 
 def _floats(v: Any, n: int | None, key: str) -> tuple[float, ...]:
-    if not isinstance(v, (list, tuple)) or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v
-    ):
-        raise DecodeError(f"aux '{key}' is not a list of numbers")
+    if not isinstance(v, (list, tuple)) or len(v) > MAX_SLOTS:
+        raise DecodeError(f"aux '{key}' is not a list of at most {MAX_SLOTS} numbers")
     if n is not None and len(v) != n:
         raise DecodeError(f"aux '{key}' has {len(v)} values, expected one per slot ({n})")
-    return tuple(float(x) for x in v)
+    out = []
+    for x in v:
+        if (
+            not isinstance(x, (int, float)) or isinstance(x, bool) or not -MAX_STAT <= x <= MAX_STAT
+        ):  # NaN fails
+            raise DecodeError(f"aux '{key}' holds {str(x)[:40]!r}, expected finite numbers")
+        out.append(float(x))
+    return tuple(out)
+
+
+def _counts(v: tuple[float, ...], key: str) -> tuple[int, ...]:
+    if any(x < 0 or x != int(x) for x in v):
+        raise DecodeError(f"aux '{key}' holds a value that is not a non-negative integer")
+    return tuple(int(x) for x in v)
 
 
 @dataclass(frozen=True)
@@ -59,8 +78,8 @@ class Fingerprint:
         slots = b.get("slots", len(mean))
         rows, width = b.get("rows", 0), b.get("slot_width", 0)
         for key, v in (("slots", slots), ("rows", rows), ("slot_width", width)):
-            if type(v) is not int or v < 0:
-                raise DecodeError(f"aux '{key}' is {v!r}, expected a non-negative integer")
+            if type(v) is not int or not 0 <= v <= MAX_ROWS:
+                raise DecodeError(f"aux '{key}' is {str(v)[:40]!r}, expected a non-negative integer")
         if len(mean) != slots:
             raise DecodeError(f"aux 'mean' has {len(mean)} values, expected one per slot ({slots})")
 
@@ -73,11 +92,13 @@ class Fingerprint:
             if not isinstance(sketch, list) or len(sketch) != slots:
                 raise DecodeError("aux 'sketch' is not one list per slot")
             rows_sk = tuple(_floats(s, None, "sketch") for s in sketch)
+            if len({len(r) for r in rows_sk}) > 1 or (rows_sk and len(rows_sk[0]) > MAX_SKETCH):
+                raise DecodeError(f"aux 'sketch' rows differ in length or exceed {MAX_SKETCH}")
         total = b.get("rows_total")
         return Fingerprint(
             rows=rows, slots=slots, slot_width=width, mean=mean, rms=_floats(b.get("rms"), slots, "rms"),
             std=opt("std"), absmax=opt("absmax"),
-            nan=tuple(int(x) for x in opt("nan")), inf=tuple(int(x) for x in opt("inf")),
+            nan=_counts(opt("nan"), "nan"), inf=_counts(opt("inf"), "inf"),
             sketch=rows_sk, rows_total=total if type(total) is int else None,
         )  # fmt: skip
 
@@ -97,4 +118,6 @@ def aux_body(step: int, where: str, fingerprint: Fingerprint) -> dict[str, Any]:
 
 def aux_view(ev: Event) -> AuxSample:
     step, where = ev.body.get("step", 0), ev.body.get("where", "")
-    return AuxSample(step if type(step) is int else 0, str(where), Fingerprint.from_body(ev.body))
+    return AuxSample(
+        step if type(step) is int else 0, printable(str(where), 64), Fingerprint.from_body(ev.body)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+
+from .text import printable
 
 SCHEMA_VERSION = 1
 
@@ -20,6 +23,8 @@ HEALTH = "health"
 KINDS = frozenset({HELLO, STEP, AUX, PROBE, HEALTH})
 
 MAX_FRAME_BIN = 64 << 20  # the largest bin a frame may carry (a probe's rows)
+MAX_SRC = 256  # HOST:PID:rRANK; a host name is at most 253 characters
+MAX_SEQ = (1 << 63) - 1
 
 
 class DecodeError(ValueError):
@@ -78,7 +83,7 @@ def decode(frame: bytes) -> Event:
         raise DecodeError(f"not a map: top-level {type(msg).__name__}")
     v = msg.pop("v", None)
     if v != SCHEMA_VERSION:
-        raise DecodeError(f"schema version {v!r}, expected {SCHEMA_VERSION}")
+        raise DecodeError(f"schema version {printable(repr(v), 40)}, expected {SCHEMA_VERSION}")
     kind, src, seq, ts = (
         msg.pop("kind", None),
         msg.pop("src", None),
@@ -86,11 +91,16 @@ def decode(frame: bytes) -> Event:
         msg.pop("ts", None),
     )
     if not isinstance(kind, str):
-        raise DecodeError(f"missing or non-string 'kind': {kind!r}")
-    if not isinstance(src, str):
-        raise DecodeError(f"missing or non-string 'src' in {kind} event")
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        raise DecodeError(f"missing or non-integer 'seq' in {kind} event")
-    if not isinstance(ts, (int, float)):
-        raise DecodeError(f"missing or non-numeric 'ts' in {kind} event")
-    return Event(kind, src, seq, float(ts), msg)
+        raise DecodeError(f"missing or non-string 'kind': {printable(repr(kind), 40)}")
+    if len(kind) > 32:
+        raise DecodeError(f"'kind' of {len(kind)} characters")
+    if not isinstance(src, str) or not src:
+        raise DecodeError(f"missing or non-string 'src' in {printable(kind, 32)} event")
+    if len(src) > MAX_SRC:
+        raise DecodeError(f"'src' of {len(src)} characters (at most {MAX_SRC})")
+    if type(seq) is not int or not 0 <= seq <= MAX_SEQ:
+        raise DecodeError(f"'seq' {printable(repr(seq), 40)} is not an integer in [0, 2^63)")
+    if type(ts) not in (int, float) or not math.isfinite(ts):
+        raise DecodeError(f"'ts' {printable(repr(ts), 40)} is not a finite number")
+    # Sources are named on screen and in verdicts: no escape sequence gets that far.
+    return Event(kind, printable(src, MAX_SRC), seq, float(ts), msg)

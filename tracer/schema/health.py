@@ -18,4 +18,9 @@ class Health(Record):
     encode_errors: int | None = None
     disabled: bool = False  # the tracer switched itself off after repeated errors
     paused: bool = False  # its pause file exists: nothing is recorded
-    last_error: str | None = None
+    last_error: str | None = None  # the tracer's own last error (a hook, an encode)
+    # The serving engine itself failed (an exception out of its forward): it is not serving.
+    engine_error: str | None = None
+    started: float | None = None  # the publisher's start (wall clock): a new value is a restart
+    final: bool = False  # the publisher's last event: it is closing
+    curve_refused: int | None = None  # CURVE handshakes the publisher refused (unadmitted keys)

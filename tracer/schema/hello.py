@@ -102,6 +102,20 @@ class AuxWiring(Record):
 
 
 @dataclass(frozen=True)
+class DraftClaims(Record):
+    """What the draft's own directory says its training reached (``tracer.claims``)."""
+
+    acc: list[float] | None = None  # per-position conditional accuracy, acc_1 first
+    simulated_acc_len: float | None = None  # accepted drafts per step (SpecForge's, no bonus)
+    source: str | None = None  # the file it came from
+
+    @property
+    def expected_accept_length(self) -> float | None:
+        """Accept length as servers count it (the bonus token included)."""
+        return None if self.simulated_acc_len is None else self.simulated_acc_len + 1
+
+
+@dataclass(frozen=True)
 class Hello:
     engine: str | None = None
     engine_version: str | None = None
@@ -116,6 +130,7 @@ class Hello:
     vocab: VocabSummary | None = None
     aux: AuxWiring | None = None
     wiring_error: str | None = None  # what could not be read (the rest of the hello is partial)
+    claims: DraftClaims | None = None  # the draft's own training metrics, when its directory has them
 
     @property
     def algorithm(self) -> str | None:
@@ -148,6 +163,8 @@ class Hello:
             body["spec"] = spec
         if self.wiring_error is not None:
             body["wiring_error"] = self.wiring_error
+        if self.claims is not None:
+            body["claims"] = self.claims.to_body()
         return body
 
     @staticmethod
@@ -175,6 +192,7 @@ class Hello:
             vocab=_opt(VocabSummary, body.get("vocab")),
             aux=AuxWiring.from_body(body["aux"]) if isinstance(body.get("aux"), Mapping) else None,
             wiring_error=as_str(body.get("wiring_error")),
+            claims=_opt(DraftClaims, body.get("claims")),
         )
 
 

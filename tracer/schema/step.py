@@ -8,6 +8,7 @@ two are converted in ``accepted_drafts`` and ``accept_length`` only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .envelope import DecodeError, Event
+from .text import printable
 
 TOKEN_DTYPE = np.dtype("<i4")
 BONUS = 1  # accept length = accepted drafts + the bonus token
@@ -98,12 +100,17 @@ class StepView:
 
 
 _COUNTS = (("step", 0), ("topk", 1), ("discarded", 0))  # optional non-negative integers
+# Bounds far beyond any server (SGLang verifies at most a few hundred tokens per request, batches
+# of a few thousand): a frame past them is corrupt or hostile, and its shape must not reach a
+# reshape or an allocation.
+MAX_WIDTH = 4096
+MAX_BATCH = 1 << 16
 _INT32 = TOKEN_DTYPE.itemsize
 _BIN = (bytes, bytearray)  # what msgpack hands back for bin
 
 
 def _bad_count(key: str, v: Any) -> DecodeError:
-    return DecodeError(f"step '{key}' is {v!r}, expected a non-negative integer")
+    return DecodeError(f"step '{key}' is {str(v)[:40]!r}, expected a non-negative integer")
 
 
 def step_columns(b: Mapping[str, Any]) -> StepColumns:
@@ -111,10 +118,10 @@ def step_columns(b: Mapping[str, Any]) -> StepColumns:
     the validation, a handful of dict lookups per event; ``check_values`` does the other half for many
     events at once."""
     batch, n = b.get("batch"), b.get("n")
-    if type(batch) is not int or batch < 0:
-        raise _bad_count("batch", batch)
-    if type(n) is not int or n < 0:
-        raise _bad_count("n", n)
+    if type(batch) is not int or not 0 <= batch <= MAX_BATCH:
+        raise DecodeError(f"step 'batch' is {str(batch)[:40]!r}, expected an integer in [0, {MAX_BATCH}]")
+    if type(n) is not int or not 0 <= n <= MAX_WIDTH:
+        raise DecodeError(f"step 'n' is {str(n)[:40]!r}, expected an integer in [0, {MAX_WIDTH}]")
     for key, default in _COUNTS:
         v = b.get(key, default)
         if type(v) is not int or v < 0:
@@ -152,6 +159,13 @@ def check_values(n: int, accepted: np.ndarray, sizes: np.ndarray, tokens: np.nda
     return bool(np.array_equal(expected, tokens))
 
 
+def _rid(r: Any) -> str:
+    # Checked here, when a step is shown, not on the ingest path: nothing per request runs there.
+    if type(r) is not str:
+        return f"<{type(r).__name__}>"
+    return r if len(r) <= 128 and r.isprintable() else printable(r, 128)
+
+
 def step_view(ev: Event) -> StepView:
     """One step event, checked in full; raises DecodeError naming the bad key."""
     b = ev.body
@@ -169,11 +183,11 @@ def step_view(ev: Event) -> StepView:
         batch=batch,
         n=n,
         topk=b.get("topk", 1),
-        rids=[str(r) for r in b["rids"]],
+        rids=[_rid(r) for r in b["rids"]],
         draft=np.frombuffer(b["draft"], dtype=TOKEN_DTYPE).reshape(batch, n),
         parents=None if parents is None else np.frombuffer(parents, dtype=TOKEN_DTYPE).reshape(batch, n),
         accepted=acc,
         tokens=np.frombuffer(b["tokens"], dtype=TOKEN_DTYPE),
-        dt=float(dt) if isinstance(dt, (int, float)) else 0.0,
+        dt=float(dt) if type(dt) in (int, float) and math.isfinite(dt) else 0.0,
         discarded=b.get("discarded", 0),
     )

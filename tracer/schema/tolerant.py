@@ -5,8 +5,11 @@ flat record, driven by its dataclass fields, so that no record spells its keys t
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
+
+from .text import printable
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Record")
@@ -19,22 +22,43 @@ def as_int(v: Any) -> int | None:
 
 
 def as_str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+    """A wire string made safe to show (``text.printable``), or None for anything else."""
+    return printable(v) if isinstance(v, str) else None
 
 
 def as_map(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
+MAX_LIST = 1024  # no list of layer ids or slots is longer; a longer one reads as absent
+
+
+def _id_list(v: Any) -> bool:
+    return isinstance(v, list) and len(v) <= MAX_LIST and all(type(x) is int for x in v)
+
+
 # field annotation -> does a wire value fit it
 _FITS: dict[str, Callable[[Any], bool]] = {
     "int | None": lambda v: type(v) is int,
+    "float | None": lambda v: type(v) is float and math.isfinite(v),
     "str | None": lambda v: isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
-    "list[int] | None": lambda v: isinstance(v, list) and all(type(x) is int for x in v),
+    "list[int] | None": _id_list,
+    "list[float] | None": lambda v: (
+        isinstance(v, list)
+        and len(v) <= MAX_LIST
+        and all(type(x) in (int, float) and math.isfinite(x) for x in v)
+    ),
     "Mapping[str, Any] | None": lambda v: isinstance(v, Mapping),
     "int | str | None": lambda v: type(v) is int or isinstance(v, str),
 }
+
+
+def _kept(val: Any) -> Any:
+    """A fitting wire value as the record keeps it: strings made safe to show, lists copied."""
+    if isinstance(val, str):
+        return printable(val)
+    return list(val) if isinstance(val, list) else val
 
 
 _PLANS: dict[type, tuple[tuple[str, Callable[[Any], bool], Any], ...]] = {}
@@ -59,7 +83,7 @@ def read_record(cls: type[T], v: Any, *, rename: Mapping[str, str] | None = None
     kwargs = {}
     for name, fits, default in _plan(cls):
         val = m.get(rename.get(name, name) if rename else name, _MISSING)
-        kwargs[name] = (list(val) if isinstance(val, list) else val) if fits(val) else default
+        kwargs[name] = _kept(val) if fits(val) else default
     return cls(**kwargs)
 
 

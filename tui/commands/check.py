@@ -1,41 +1,146 @@
 """``eagle3-top check``: watch a stream and judge it, for a deploy pipeline.
-Exit 0 clean, 1 on an error finding, 2 on usage, input or connection problems (one line on stderr)."""
+
+Exit codes (also in ``--help`` and the README): 0 enough evidence and no error finding; 1 an error
+finding (a crashed engine among them); 2 usage, input or connection problems (one line on stderr);
+3 partial evidence: no error seen, but some source showed less than is needed to pass."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import TYPE_CHECKING
 
+from .args import endpoint_list, positive_float, positive_int
 from .curve_args import add_curve_arguments, curve_from
-from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, print_json
+from .report import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    fail,
+    finding_lines,
+    parse,
+    safe,
+    stderr_progress,
+)
+
+if TYPE_CHECKING:
+    from eagle3_top.tracer.analysis.check import CheckResult, SourceReport
 
 PROG = "eagle3-top check"
+EPILOG = """\
+exit codes:
+  0  every source showed its hello and --min-steps verify steps (and, with --manifest, enough aux
+     rows), and no error finding
+  1  an error finding, an engine that crashed among them
+  2  usage, input or connection problems: nothing was heard (one line on stderr)
+  3  partial evidence: no error seen, but a source showed too little (idle, gone, unreadable
+     frames); --allow-partial turns this into 0
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Watch a stream and judge it; exit 0 clean, 1 on an error finding, 2 on usage or connection problems.",
+        description="Watch a stream and judge it, for a deploy pipeline.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("endpoints", nargs="+", metavar="ENDPOINT")
+    p.add_argument(
+        "endpoints", nargs="+", metavar="ENDPOINT", help="tcp://HOST:PORT, HOST:PORT or ipc://PATH"
+    )
     p.add_argument(
         "--manifest", metavar="M", help="training manifest (without it, only server-side checks run)"
     )
-    p.add_argument("--json", action="store_true", help="print findings as a JSON list")
-    p.add_argument("--steps", type=int, default=50, help="verify steps to watch per source (default 50)")
+    p.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for the evidence (default 30)"
+        "--steps", type=positive_int, default=50, help="verify steps to watch per source (default 50)"
+    )
+    p.add_argument(
+        "--min-steps",
+        type=positive_int,
+        metavar="N",
+        help="fewer verify steps than this from a source is partial evidence (default: --steps)",
+    )
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="exit 0 instead of 3 on partial evidence (what was missing is still printed)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=30.0,
+        help="seconds to wait for the evidence (default 30)",
     )
     add_curve_arguments(p)
     return p
+
+
+def _fmt_positions(vals: list[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in vals[:8]) + (" …" if len(vals) > 8 else "") if vals else "—"
+
+
+def source_lines(r: SourceReport) -> list[str]:
+    accept = "—" if r.accept_length is None else f"{r.accept_length:.2f}"
+    if r.expected_accept_length is not None:
+        accept += f" (expected {r.expected_accept_length:.2f} by {r.expected_by})"
+    lines = [
+        f"source {safe(r.key)}: hello {'yes' if r.hello else 'no'}, {r.steps} verify steps, "
+        f"{r.request_steps} request-steps, {r.aux_rows} aux rows, {r.malformed} malformed",
+        f"  accept length {accept}",
+        f"  acceptance by position (conditional): {_fmt_positions(r.conditional)}",
+        f"  acceptance by position (unconditional): {_fmt_positions(r.unconditional)}",
+    ]
+    if r.malformed and r.last_malformed:
+        lines.append(f"  last malformed: {safe(r.last_malformed)}")
+    for m in r.missing:
+        lines.append(f"  missing: {safe(m)}")
+    return lines
+
+
+def print_text(result: CheckResult, code: int, allow_partial: bool) -> None:
+    for r in result.reports:
+        print("\n".join(source_lines(r)))
+    if result.undecodable:
+        print(f"{result.undecodable} frame(s) named no source: {safe(result.last_undecodable or '')}")
+    for line in finding_lines(result.findings):
+        print(line)
+    n = len(result.reports)
+    if code == EXIT_FINDINGS:
+        errors = sum(f.severity == "error" for f in result.findings)
+        print(f"FAIL: {errors} error finding(s) on {n} source(s) after {result.waited_s:.1f}s")
+    elif result.verdict == "partial":
+        short = sum(not r.complete for r in result.reports)
+        tail = " (allowed by --allow-partial)" if allow_partial else ""
+        print(
+            f"PARTIAL: no error seen, but {short} of {n} source(s) showed too little"
+            f"{' and some frames named no source' if result.undecodable else ''}{tail}"
+        )
+    else:
+        extra = f", {len(result.findings)} warning/info finding(s)" if result.findings else ", no findings"
+        print(f"ok: {n} source(s){extra}, after {result.waited_s:.1f}s")
+
+
+def exit_code(result: CheckResult, allow_partial: bool) -> int:
+    verdict = result.verdict
+    if verdict == "findings":
+        return EXIT_FINDINGS
+    if verdict == "partial" and not allow_partial:
+        return EXIT_PARTIAL
+    return EXIT_OK
 
 
 def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
+    endpoints, bad = endpoint_list(ns.endpoints)
+    for msg in bad:
+        print(f"eagle3-top check: {msg} (skipped)", file=sys.stderr)
+    if not endpoints:
+        return fail("eagle3-top check", "no valid endpoint")
     from eagle3_top.tracer.analysis.check import NoStream, watch
-    from eagle3_top.tracer.analysis.findings import has_errors
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.curve import KeyError_
 
@@ -43,19 +148,39 @@ def main(argv: list[str]) -> int:
         curve = curve_from(ns)
         manifest = load_manifest(ns.manifest) if ns.manifest else None
     except (KeyError_, ManifestError) as exc:
-        return fail("eagle3-top", str(exc))
-    try:
-        result = watch(ns.endpoints, manifest, steps=ns.steps, timeout=ns.timeout, curve=curve)
-    except NoStream as exc:
-        return fail("eagle3-top", str(exc))
-    except Exception as exc:  # a bad endpoint string, say
-        return fail("eagle3-top", f"check failed: {type(exc).__name__}: {exc}")
+        return fail("eagle3-top check", str(exc))
+    with stderr_progress("check") as progress:
+        try:
+            result = watch(
+                endpoints,
+                manifest,
+                steps=ns.steps,
+                min_steps=ns.min_steps,
+                timeout=ns.timeout,
+                curve=curve,
+                progress=progress,
+            )
+        except NoStream as exc:
+            progress.clear()
+            return fail("eagle3-top check", str(exc))
+    code = exit_code(result, ns.allow_partial)
     if ns.json:
-        print_json(result.findings)
+        print(
+            json.dumps(
+                {
+                    "verdict": result.verdict,
+                    "exit_code": code,
+                    "waited_s": round(result.waited_s, 3),
+                    "sources": [r.to_json() for r in result.reports],
+                    "undecodable_frames": result.undecodable,
+                    "findings": [f.to_json() for f in result.findings],
+                    "notes": result.notes,
+                },
+                indent=1,
+            )
+        )
     else:
-        print_findings(result.findings)
-        if not result.findings:
-            print(f"ok: no findings on {len(result.sources)} source(s) after {result.waited_s:.1f}s")
+        print_text(result, code, ns.allow_partial)
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
-    return EXIT_FINDINGS if has_errors(result.findings) else EXIT_OK
+        print(f"note: {safe(note)}", file=sys.stderr)
+    return code

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from .args import endpoint_list, looks_like_endpoint, unknown_command
 from .curve_args import add_curve_arguments, curve_from
-from .report import EXIT_OK, fail
+from .report import EXIT_OK, EXIT_USAGE, fail, parse
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 
@@ -27,12 +29,30 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str], usage: str | None = None) -> int:
-    ns = build_parser(usage).parse_args(argv)
+    ns = parse(build_parser(usage), argv)
+    if isinstance(ns, int):
+        return ns
     if ns.version:
         from eagle3_top.tracer import __version__
 
         print(__version__)
         return EXIT_OK
+    for word in ns.endpoints:
+        if not looks_like_endpoint(word):
+            print(unknown_command(word), file=sys.stderr)
+            return EXIT_USAGE
+    endpoints, bad = endpoint_list(ns.endpoints or [DEFAULT_ENDPOINT])
+    for msg in bad:
+        print(f"eagle3-top: {msg} (skipped)", file=sys.stderr)
+    if not endpoints:
+        return fail("eagle3-top", "no valid endpoint")
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        # Drawing into a pipe or a CI log would hang the job and fill the log with escapes.
+        return fail(
+            "eagle3-top",
+            "the live monitor needs a terminal (stdin and stdout); for a verdict without one, "
+            "run `eagle3-top check ENDPOINT`",
+        )
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.curve import KeyError_
 
@@ -43,5 +63,5 @@ def main(argv: list[str], usage: str | None = None) -> int:
         return fail("eagle3-top", str(exc))
     from eagle3_top.tui.app import run_app
 
-    run_app(ns.endpoints or [DEFAULT_ENDPOINT], manifest=manifest, curve=curve)
+    run_app(endpoints, manifest=manifest, curve=curve)
     return EXIT_OK

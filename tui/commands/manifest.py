@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 
 from .report import EXIT_OK, fail, parse
 
 PROG = "eagle3-top manifest"
+
+
+def _count(lo: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"expected at least {lo}, got {n}")
+        return n
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="ascending",
         help="how training concatenated the aux layers: ascending (SpecForge via SGLang) or in list order (older HF trainers)",
     )
-    b.add_argument("--max-files", type=int, help="sample this many files, evenly spread")
-    b.add_argument("--probes", type=int, default=4, help="training samples to keep as probes")
+    b.add_argument("--max-files", type=_count(1), help="sample this many files, evenly spread")
+    b.add_argument("--probes", type=_count(0), default=4, help="training samples to keep as probes")
     b.add_argument("--out", "-o", required=True, metavar="M", help="manifest JSON to write")
     s = sub.add_parser("show", help="print a manifest for a person")
     s.add_argument("manifest")
@@ -64,6 +79,10 @@ def build(ns: argparse.Namespace) -> int:
     from eagle3_top.tracer.analysis.trainfiles import TrainFileError
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+    out_dir = os.path.dirname(os.path.abspath(ns.out))
+    if os.path.isdir(ns.out) or not os.path.isdir(out_dir):  # before reading for an hour, not after
+        why = "is a directory" if os.path.isdir(ns.out) else f"no such directory {out_dir}"
+        return fail("eagle3-top", f"--out {ns.out}: {why}")
     try:
         with Progress(
             "[progress.description]{task.description}",

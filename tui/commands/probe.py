@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .args import endpoint_list, positive_float, positive_int
 from .curve_args import add_curve_arguments, curve_from
-from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, print_json
+from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, print_json, safe, stderr_progress
 
 
 def _fail(msg: str) -> int:
@@ -32,12 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data", metavar="DIR", help="training hidden-state files to replay instead of the manifest's probes"
     )
-    p.add_argument("--samples", type=int, default=4, metavar="K", help="samples to replay (default 4)")
     p.add_argument(
-        "--max-new-tokens", type=int, default=32, help="tokens to generate per sample (default 32)"
+        "--samples", type=positive_int, default=4, metavar="K", help="samples to replay (default 4)"
+    )
+    p.add_argument(
+        "--max-new-tokens", type=positive_int, default=32, help="tokens to generate per sample (default 32)"
     )
     p.add_argument("--json", action="store_true", help="print findings as a JSON list")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole exchange (default 60)")
+    p.add_argument(
+        "--timeout", type=positive_float, default=60.0, help="seconds for the whole exchange (default 60)"
+    )
     add_curve_arguments(p)
     return p
 
@@ -48,8 +53,13 @@ def main(argv: list[str]) -> int:
         return ns
     if not ns.manifest and not ns.data:
         return _fail("give --manifest M (its probe samples) or --data DIR (training files)")
-    if ns.samples < 1 or ns.max_new_tokens < 1 or ns.timeout <= 0:
-        return _fail("--samples, --max-new-tokens and --timeout must be positive")
+    if not ns.server.startswith(("http://", "https://")):
+        return _fail(f"--server {ns.server!r}: expected an http:// or https:// URL")
+    endpoints, bad = endpoint_list(ns.endpoint)
+    for msg in bad:
+        print(f"eagle3-top probe: {msg} (skipped)", file=sys.stderr)
+    if not endpoints:
+        return _fail("no valid --endpoint")
 
     from eagle3_top.tracer.analysis.findings import has_errors
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
@@ -75,10 +85,11 @@ def main(argv: list[str]) -> int:
         else:
             assert manifest is not None
             samples = samples_from_manifest(manifest)
-        result = run_probe(
-            ns.server, ns.endpoint, samples, manifest=manifest, count=ns.samples,
-            timeout=ns.timeout, max_new_tokens=ns.max_new_tokens, curve=curve,
-        )  # fmt: skip
+        with stderr_progress("probe") as progress:
+            result = run_probe(
+                ns.server, endpoints, samples, manifest=manifest, count=ns.samples,
+                timeout=ns.timeout, max_new_tokens=ns.max_new_tokens, curve=curve, progress=progress,
+            )  # fmt: skip
     except (ManifestError, ProbeError) as exc:
         return _fail(str(exc))
     except Exception as exc:  # a bad endpoint string, say
@@ -101,7 +112,7 @@ def main(argv: list[str]) -> int:
             )
         print_findings(f for f in result.findings if f.code != "PROBE_OK")
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {safe(note)}", file=sys.stderr)
     return EXIT_FINDINGS if has_errors(result.findings) else EXIT_OK
 
 

@@ -1,0 +1,338 @@
+"""`eagle3-top check` as a deploy gate: it never passes on evidence it did not see. Real publishers on
+loopback, the real command line in a child process (as a pipeline runs it), real exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import zmq
+from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.schema import (
+    HELLO,
+    STEP,
+    AuxWiring,
+    DraftClaims,
+    Hello,
+    ModelInfo,
+    SourceId,
+    SpecConfig,
+    encode,
+    step_body,
+)
+
+CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
+
+
+def hello(claims: DraftClaims | None = None) -> Hello:
+    spec = SpecConfig("EAGLE3", 3, 1, 4)
+    return Hello(
+        engine="test", engine_version="1",
+        model=ModelInfo(target_path="/t", draft_path="/d", num_layers=8, hidden_size=64),
+        requested=spec, effective=spec, claims=claims,
+        aux=AuxWiring(declared_ids=[-1, 3, 4], ids_location="eagle_config", ids_read=[-1, 3, 4],
+                      capture_native=[0, 4, 5], capture_canonical=[-1, 3, 4], family="llama", slots=3,
+                      width=192, expected_width=192),
+    )  # fmt: skip
+
+
+def publish_steps(pub: Publisher, count: int, accepted: int, batch: int = 8, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        acc = rng.integers(max(accepted - 1, 0), accepted + 1, batch).astype(np.int32)
+        body = step_body(
+            step=i, rids=[f"req{r}" for r in range(batch)],
+            draft=rng.integers(1, 30_000, (batch, 4)).astype(np.int32), accept_lens=acc + 1,
+            tokens=rng.integers(1, 30_000, int(acc.sum()) + batch).astype(np.int32),
+        )  # fmt: skip
+        pub.publish(STEP, body)
+
+
+@pytest.fixture
+def pub() -> Iterator[Publisher]:
+    p = Publisher("tcp://127.0.0.1:0", SourceId("gate-host", 4242, 0, "test"), hello_interval_s=0.5)
+    yield p
+    p.close()
+
+
+def run_check(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "check", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def start_check(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*CLI, "check", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def feed_while(proc: subprocess.Popen[str], pub: Publisher, count: int, accepted: int) -> None:
+    """Publish steps until the check has surely subscribed (a PUB drops what nobody hears)."""
+    for _ in range(300):
+        if proc.poll() is not None:
+            return
+        publish_steps(pub, count, accepted)
+        time.sleep(0.1)
+
+
+def test_an_idle_engine_is_partial_evidence_not_a_pass(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    r = run_check(pub.bound_endpoint, "--timeout", "3")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "hello yes, 0 verify steps" in r.stdout
+    assert "missing: 0 of 50 verify steps" in r.stdout
+    assert "PARTIAL" in r.stdout and "ok" not in r.stdout.split("\n")[-2]
+    allowed = run_check(pub.bound_endpoint, "--timeout", "2", "--allow-partial")
+    assert allowed.returncode == 0 and "allowed by --allow-partial" in allowed.stdout
+
+
+def test_enough_steps_pass_and_the_verdict_shows_acceptance(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    proc = start_check(pub.bound_endpoint, "--steps", "20", "--timeout", "30", "--json")
+    feed_while(proc, pub, 10, accepted=2)
+    out, err = proc.communicate(timeout=30)
+    verdict = json.loads(out)
+    assert proc.returncode == 0, err
+    assert verdict["verdict"] == "ok" and verdict["exit_code"] == 0
+    (src,) = verdict["sources"]
+    assert src["hello"] and src["steps"] >= 20 and src["complete"]
+    assert 2.5 < src["accept_length"] < 3.5  # accepted drafts 1..2, plus the bonus token
+    assert len(src["conditional"]) == 3 and src["conditional"][0] == pytest.approx(1.0)
+
+
+def test_min_steps_says_what_is_enough(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    proc = start_check(pub.bound_endpoint, "--steps", "100000", "--min-steps", "5", "--timeout", "3")
+    feed_while(proc, pub, 2, accepted=2)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "ok: 1 source(s)" in out
+
+
+def test_a_publisher_that_goes_away_is_reported_at_once(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    proc = start_check(pub.bound_endpoint, "--timeout", "60")
+    time.sleep(2.0)  # subscribed, hello seen
+    publish_steps(pub, 3, accepted=1)
+    t0 = time.monotonic()
+    pub.close()  # its last health event says it is closing
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 15, "check waited out its timeout for a source that said goodbye"
+    assert proc.returncode == 3
+    assert "went away: its publisher closed" in out
+    assert "3 verify steps" in out
+
+
+def test_a_crashed_engine_fails_the_gate_the_moment_it_says_so(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    proc = start_check(pub.bound_endpoint, "--timeout", "60")
+    time.sleep(2.0)
+    t0 = time.monotonic()
+    pub.engine_failed("RuntimeError: The size of tensor a (192) must match the size of tensor b (128)")
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 1
+    assert "ENGINE_FAILED" in out and "size of tensor a (192)" in out
+
+
+def test_a_stream_of_malformed_steps_never_passes(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    proc = start_check(pub.bound_endpoint, "--timeout", "4")
+    for _ in range(30):
+        pub.publish(
+            STEP, {"batch": 0, "n": 2**63 - 1, "rids": [], "draft": b"", "accepted": b"", "tokens": b""}
+        )
+        pub.publish(STEP, {"batch": "x"})
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, out + err
+    assert "malformed" in out and "failed the schema" in out
+    assert "Traceback" not in err
+
+
+def test_frames_naming_no_source_are_named(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.bind("tcp://127.0.0.1:0")
+    junk_ep = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    try:
+        proc = start_check(pub.bound_endpoint, junk_ep, "--steps", "5", "--timeout", "4")
+        for _ in range(30):
+            publish_steps(pub, 2, accepted=1)
+            sock.send(b"\x93\x01\x02")  # msgpack, but not a map
+            time.sleep(0.1)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        sock.close(0)
+    assert proc.returncode == 3
+    assert "named no source" in out
+
+
+def test_accept_length_far_below_the_drafts_own_claims_fails(pub: Publisher) -> None:
+    pub.set_hello(
+        hello(DraftClaims(acc=[0.9, 0.85, 0.8], simulated_acc_len=2.3, source="training_metrics.json"))
+    )
+    proc = start_check(pub.bound_endpoint, "--steps", "40", "--timeout", "30")
+    feed_while(proc, pub, 10, accepted=0)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 1, out
+    assert "ACCEPT_LENGTH_FAR_BELOW_EXPECTED" in out
+    assert "expected 3.28 by the draft's own training_metrics.json" in out
+
+
+def test_progress_goes_to_a_terminal_and_nowhere_else(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    quiet = run_check(pub.bound_endpoint, "--timeout", "2.5")
+    assert quiet.stderr == ""  # not a terminal: nothing but the verdict
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CLI, "check", pub.bound_endpoint, "--timeout", "2.5"], stdout=subprocess.PIPE, stderr=slave
+    )
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.wait(30)
+    os.close(master)
+    assert b"check: gate-host:4242:r0 0/50 steps" in seen
+
+
+def test_hostile_strings_reach_the_verdict_escaped() -> None:
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.bind("tcp://127.0.0.1:0")
+    ep = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    src = "evil\x1b]0;pwned\x07\x1b[2J:1:r0"
+    body = hello().to_body()
+    body["engine"] = {"name": "\x1b[31mred", "version": "1"}
+    try:
+        proc = start_check(ep, "--timeout", "3")
+        for seq in range(30):
+            sock.send(encode(HELLO, src, seq, time.time(), body))
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        sock.close(0)
+    assert "\x1b" not in out + err
+    assert "evil\\x1b]0;pwned\\x07" in out
+
+
+def test_mistyped_command_is_named_and_does_not_open_the_monitor() -> None:
+    r = subprocess.run([*CLI, "chekc"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "eagle3-top: 'chekc' is not a command nor an endpoint (tcp://HOST:PORT); did you mean 'check'?"
+    ]
+
+
+def test_the_monitor_refuses_to_draw_without_a_terminal() -> None:
+    r = subprocess.run([*CLI, "tcp://127.0.0.1:5557"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "needs a terminal" in r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--timeout", "-1", "127.0.0.1:5557"], "'-1' must be a positive number"),
+        (["--timeout", "nan", "127.0.0.1:5557"], "'nan' must be a positive number"),
+        (["--steps", "0", "127.0.0.1:5557"], "'0' must be at least 1"),
+        (["tcp://127.0.0.1:99999"], "port 99999 is outside 1-65535"),
+        (["udp://x:1"], "unsupported transport"),
+    ],
+)
+def test_bad_arguments_get_one_line_each(args: list[str], message: str) -> None:
+    r = run_check(*args, timeout=30)
+    assert r.returncode == 2
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bad_endpoint_among_good_ones_is_skipped(pub: Publisher) -> None:
+    pub.set_hello(hello())
+    proc = start_check("tcp://127.0.0.1:99999", pub.bound_endpoint, "--min-steps", "5", "--timeout", "4")
+    feed_while(proc, pub, 2, accepted=1)
+    out, err = proc.communicate(timeout=30)
+    assert "port 99999 is outside 1-65535 (skipped)" in err
+    assert proc.returncode == 0, out + err
+
+
+def test_ctrl_c_is_an_answer_not_a_traceback(pub: Publisher) -> None:
+    proc = start_check(pub.bound_endpoint, "--timeout", "60")
+    time.sleep(2.0)
+    proc.send_signal(2)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.strip() == "eagle3-top: interrupted" and out == ""
+
+
+def test_probe_arguments_are_checked_up_front() -> None:
+    r = subprocess.run(
+        [*CLI, "probe", "--server", "127.0.0.1:30000", "--endpoint", "x:1", "--manifest", "m.json"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert r.returncode == 2 and "expected an http:// or https:// URL" in r.stderr
+
+
+def test_watch_stops_waiting_for_a_silent_source() -> None:
+    """A source that stops sending anything (killed with SIGKILL: no goodbye) is gone after a
+    few seconds of silence, not at the timeout."""
+    from eagle3_top.tracer.analysis.check import watch
+
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.bind("tcp://127.0.0.1:0")
+    ep = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        result["r"] = watch([ep], None, timeout=60, gone_after_s=1.5)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        for seq in range(15):  # then silence, as from a killed process
+            sock.send(encode(HELLO, "killed:1:r0", seq, time.time(), hello().to_body()))
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        t.join(30)
+    finally:
+        sock.close(0)
+    assert time.monotonic() - t0 < 10
+    (rep,) = result["r"].reports  # type: ignore[attr-defined]
+    assert rep.gone is not None and rep.gone.startswith("silent for")
+    assert "went away: silent for" in rep.missing[-1]
+
+
+def test_check_under_fuzzed_frames_gives_a_verdict_not_a_traceback() -> None:
+    sys.path.insert(0, os.path.dirname(__file__))
+    from fuzz_frames import frames
+
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.bind("tcp://127.0.0.1:0")
+    ep = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    try:
+        proc = start_check(ep, "--timeout", "6", "--json")
+        time.sleep(1.5)
+        for i, f in enumerate(frames(seed=5, count=20_000)):
+            sock.send(f)
+            if i % 1000 == 0:
+                time.sleep(0.01)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        sock.close(0)
+    assert "Traceback" not in err
+    verdict = json.loads(out)
+    # 1 when a fuzzed health frame carries an engine error (the verdict comes at once), else 3
+    assert proc.returncode == verdict["exit_code"] in (1, 3)
+    assert verdict["undecodable_frames"] > 0 and any(s["malformed"] for s in verdict["sources"])
