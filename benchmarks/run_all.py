@@ -10,6 +10,7 @@ import argparse
 
 from benchmarks import (
     bench_encode,
+    bench_hostile_flood,
     bench_ingest,
     bench_manifest,
     bench_publisher,
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     bench_tui_ingest.main(["--seconds", secs])
     bench_tui_ingest.main(["--seconds", secs, "--rate", "10000"])
     bench_manifest.main(["--files", "1000" if ns.quick else "10000"])
+    bench_hostile_flood.main(["--frames", "40000" if ns.quick else "240000"])
 
 
 if __name__ == "__main__":

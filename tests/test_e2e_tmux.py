@@ -70,3 +70,46 @@ def test_demo_shows_the_bug_next_to_the_healthy_engine_and_quits_cleanly() -> No
         assert not any(p in _engines_of(ENGINE) for p in demo_pids), "engines left running"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_wire_strings_cannot_drive_the_terminal() -> None:
+    """A publisher whose source id and engine name carry an OSC (retitle) and a CSI (clear screen):
+    in a real terminal the monitor shows them escaped, and the pane keeps its title."""
+    import threading
+
+    import zmq
+    from eagle3_top.tracer.schema import HELLO, encode
+
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.bind("tcp://127.0.0.1:0")
+    ep = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    stop = threading.Event()
+
+    def publish() -> None:
+        seq = 0
+        while not stop.is_set():
+            body = {"engine": {"name": "\x1b[2J\x1b]2;pwned-engine\x07"}}
+            sock.send(encode(HELLO, "evil\x1b]2;pwned\x07:1:r0", seq, time.time(), body))
+            seq += 1
+            time.sleep(0.2)
+
+    t = threading.Thread(target=publish, daemon=True)
+    t.start()
+    session = f"e3t-{uuid.uuid4().hex[:8]}"
+    cmd = f"{sys.executable} -m eagle3_top.tui.cli {ep}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "30", cmd], check=True)
+    try:
+        subprocess.run(["tmux", "set-option", "-t", session, "allow-rename", "on"], check=False)
+        screen = _wait_for(session, r"evil\\x1b\]2;pwned\\x07", 60)
+        time.sleep(1.0)
+        title = subprocess.run(
+            ["tmux", "display-message", "-p", "-t", session, "#{pane_title}"], capture_output=True, text=True
+        ).stdout
+        assert "pwned" not in title, title
+        assert "evil" in _screen(session), "the screen was cleared"
+        assert "\\x1b[2J" in screen or "\\x1b" in screen
+    finally:
+        stop.set()
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        t.join(2)
+        sock.close(0)
