@@ -336,3 +336,14 @@ def test_check_under_fuzzed_frames_gives_a_verdict_not_a_traceback() -> None:
     # 1 when a fuzzed health frame carries an engine error (the verdict comes at once), else 3
     assert proc.returncode == verdict["exit_code"] in (1, 3)
     assert verdict["undecodable_frames"] > 0 and any(s["malformed"] for s in verdict["sources"])
+
+
+def test_a_publisher_refuses_a_port_out_of_range() -> None:
+    # libzmq would take 99999 modulo 2^16 and publish on another port than the one asked for
+    from eagle3_top.tracer.publisher import EndpointError, check_bind_endpoint
+
+    for bad in ("tcp://127.0.0.1:99999", "tcp://127.0.0.1:", "tcp://127.0.0.1:-1"):
+        with pytest.raises(EndpointError, match="is not 0-65535"):
+            check_bind_endpoint(bad)
+    check_bind_endpoint("tcp://127.0.0.1:0")
+    check_bind_endpoint("tcp://127.0.0.1:*")

@@ -41,6 +41,13 @@ def check_bind_endpoint(endpoint: str, allow_remote: bool = False) -> None:
     if "://" not in endpoint:
         raise EndpointError(f"{endpoint!r} is not a ZeroMQ endpoint (expected tcp://HOST:PORT or ipc://PATH)")
     transport, rest = endpoint.split("://", 1)
+    if transport == "tcp":
+        port = rest.rsplit(":", 1)[-1] if ":" in rest else ""
+        # libzmq takes the port modulo 2^16 (99999 binds 34463): say so instead of binding elsewhere
+        if port != "*" and not (port.isdigit() and int(port) <= 65535):
+            raise EndpointError(
+                f"{endpoint!r}: port {port or '(none)'} is not 0-65535 (0 or * picks a free one)"
+            )
     if transport != "tcp" or allow_remote:
         return
     host = rest.rsplit(":", 1)[0].strip("[]")
