@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import pty
 import re
 import signal
 import subprocess
@@ -22,6 +23,24 @@ from pathlib import Path
 import pytest
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tui.commands import demo
+
+
+def _terminal() -> tuple[int, int]:
+    """A pseudo-terminal for the demo's stdin and stdout: it refuses to run without one."""
+    return pty.openpty()
+
+
+def _drain(fd: int) -> str:
+    out = b""
+    os.set_blocking(fd, False)
+    try:
+        while chunk := os.read(fd, 65536):
+            out += chunk
+    except OSError:  # EAGAIN: nothing more; EIO: the other side is closed
+        pass
+    os.close(fd)
+    return out.decode(errors="replace")
+
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the engines need torch")
 
@@ -155,14 +174,16 @@ def test_a_signal_during_start_up_stops_every_child_group_and_removes_the_temp_d
 ) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
+    master, slave = _terminal()
     proc = subprocess.Popen(
         [sys.executable, "-m", "eagle3_top.tui.cli", "demo"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdin=slave,
+        stdout=slave,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TMPDIR": str(tmp)},
     )
+    os.close(slave)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
     reader.start()
@@ -192,6 +213,7 @@ def test_a_signal_during_start_up_stops_every_child_group_and_removes_the_temp_d
             proc.kill()
             proc.wait()
         _kill(strays)
+        os.close(master)
 
 
 def test_an_engine_that_fails_to_start_is_reported_before_any_monitor_and_the_logs_are_kept(
@@ -199,6 +221,7 @@ def test_an_engine_that_fails_to_start_is_reported_before_any_monitor_and_the_lo
 ) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
+    master, slave = _terminal()
     out = subprocess.run(
         [
             sys.executable,
@@ -208,14 +231,17 @@ def test_an_engine_that_fails_to_start_is_reported_before_any_monitor_and_the_lo
             "--no-manifest",
             f"--engine-arg=--model-path={tmp_path / 'no-such-model'}",
         ],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
+        stdin=slave,
+        stdout=slave,
+        stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TMPDIR": str(tmp)},
         timeout=WAIT_S * 2,
     )
+    os.close(slave)
+    screen = _drain(master)
     assert out.returncode == 1, out.stderr
-    assert "\x1b[?1049h" not in out.stdout + out.stderr, "the monitor opened (its alternate screen)"
+    assert "\x1b[?1049h" not in screen + out.stderr, "the monitor opened (its alternate screen)"
     assert re.search(r"engine (healthy|ids-not-read) exited with status 2 during start-up", out.stderr)
     assert "no-such-model/config.json" in out.stderr, "the tail of the engine's log is missing"
     kept = re.search(r"logs kept: (.*)", out.stderr)
@@ -295,3 +321,16 @@ def test_a_start_up_step_that_outlasts_the_timeout_fails_loudly(tmp_path: Path) 
     assert code == 1, text
     assert show.calls == []
     assert "no training manifest: generating training data took longer than 0.5 s (--start-timeout)" in text
+
+
+def test_without_a_terminal_the_demo_refuses_before_starting_anything(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "eagle3_top.tui.cli", "demo"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip() == "eagle3-top demo: the monitor needs a terminal (stdin and stdout)"
+    assert out.stdout == "" and list(tmp.iterdir()) == []

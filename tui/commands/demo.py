@@ -504,6 +504,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        # The demo ends in the live monitor: drawing into a pipe would hang a job and fill its log.
+        print("eagle3-top demo: the monitor needs a terminal (stdin and stdout)", file=sys.stderr)
+        return 2
     return run(
         Demo(
             rate=ns.rate,
