@@ -55,7 +55,7 @@ IN_SERVER = [
     "eagle3_top.tracer.curve",
 ]
 NEVER_IN_SERVER = re.compile(
-    r"^(eagle3_top\.tracer\.analysis|eagle3_top\.tracer\.subscriber|eagle3_top\.tui|textual|rich"
+    r"^(eagle3_top\.tracer\.analysis|eagle3_top\.tracer\.subscriber|eagle3_top\.tracer\.recording|eagle3_top\.tui|textual|rich"
     r"|urllib\.request|http\.client|concurrent\.futures|asyncio)(\.|$)"
 )
 

@@ -34,6 +34,7 @@ def test_wheel_contents(tmp_path) -> None:
     assert top == {"eagle3_top"}, top  # no bare tracer/ tui/ hooks/ packages in site-packages
     for required in (
         "eagle3_top/tracer/publisher.py",
+        "eagle3_top/tracer/recording/reader.py",
         "eagle3_top/tui/app.tcss",
         "eagle3_top/hooks/sglang/plugin.py",
         "eagle3_top/hooks/toy/weights/target/model.pt",

@@ -15,6 +15,8 @@ eagle3-top probe --server URL --endpoint E --manifest M   replay training sample
 eagle3-top toy [...]                       run the built-in EAGLE-3 engine and publish its trace
 eagle3-top keys DIR NAME                   write a CURVE certificate pair for remote tailing
 eagle3-top demo                            two built-in engines (healthy, mis-wired) + the monitor
+eagle3-top record ENDPOINT ... -o FILE     store every frame, as received, in an MCAP file
+eagle3-top dump FILE [--json]              what a recording holds, and what of it was lost
 """
 
 EXIT_INTERRUPTED = 130

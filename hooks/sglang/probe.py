@@ -18,7 +18,7 @@ from typing import Any
 
 from eagle3_top.tracer.tracer import Tracer
 
-from .verify import _capturing
+from .verify import _capturing, report_engine_failure
 
 PREFILL_EXTEND_TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill"
 
@@ -99,6 +99,10 @@ def make_around_prefill_extend(get_tracer: Callable[[Any], Tracer | None]) -> Ca
                 guarded = tracer.guarded(record_prefill_probes)
                 tracer._e3t_prefill_probes = guarded
             guarded(tracer, batch, hidden)
-        return original(self, batch, *args, **kwargs)
+        try:
+            return original(self, batch, *args, **kwargs)
+        except BaseException as exc:
+            report_engine_failure(get_tracer, self, exc)
+            raise
 
     return around
