@@ -284,3 +284,36 @@ def test_file_cut_inside_the_summary(tmp_path: Path) -> None:
     rec = read_recording(path)
     assert len(list(rec)) == 20  # the data section is whole
     assert not rec.report.summary and rec.report.tail_inside == "summary"
+
+
+def test_rotation_by_time_makes_complete_parts(stream: Stream, tmp_path: Path) -> None:
+    path = str(tmp_path / "run.mcap")
+    proc = subprocess.Popen(
+        [*CLI, "record", *stream.endpoints, "-o", path, "--rotate-time", "1", "--duration", "3.6"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    parts = [path] + [str(tmp_path / f"run.{i}.mcap") for i in range(1, 4)]
+    assert all(os.path.exists(p) for p in parts[:3]), sorted(os.listdir(tmp_path))
+    spans = []
+    for p in parts:
+        if not os.path.exists(p):
+            continue
+        out = dump(p, "--json")
+        assert out.returncode == 0, out.stdout  # every part closed cleanly, with its summary
+        times = [f.log_time_ns for f in read_recording(p)]
+        if times:
+            spans.append((min(times), max(times)))
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), "parts overlap in time"
+    assert "in 4 files" in err or "in 5 files" in err
+
+
+def test_a_full_disk_is_one_line_not_a_traceback(stream: Stream) -> None:
+    r = subprocess.run(
+        [*CLI, "record", *stream.endpoints, "-o", "/dev/full", "--force", "--duration", "3"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "No space left on device" in r.stderr.strip().splitlines()[-1]

@@ -71,6 +71,11 @@ class RecordingWriter:
             self._writer.flush()
             self._last_flush = now
 
+    @property
+    def file_bytes(self) -> int:
+        """Bytes on disk so far (closed chunks and records)."""
+        return self._file.tell()
+
     def close(self) -> None:
         if self.closed:
             return

@@ -14,7 +14,7 @@ from types import FrameType
 
 from .args import endpoint_list, positive_float
 from .curve_args import add_curve_arguments, curve_from
-from .report import EXIT_OK, fail, parse
+from .report import EXIT_FINDINGS, EXIT_OK, fail, parse
 
 PROG = "eagle3-top record"
 
@@ -31,6 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .mcap file to write")
     p.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument(
+        "--rotate-size",
+        type=positive_float,
+        metavar="MB",
+        help="start a new file once this one holds MB megabytes (FILE, then FILE.1, FILE.2, ...)",
+    )
+    p.add_argument("--rotate-time", type=positive_float, metavar="S", help="start a new file every S seconds")
     add_curve_arguments(p)
     return p
 
@@ -41,6 +48,14 @@ class _Stop:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
+
+
+def rotated_name(path: str, index: int) -> str:
+    """``run.mcap``, then ``run.1.mcap``, ``run.2.mcap``: every part is a complete recording."""
+    if index == 0:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.{index}{ext or '.mcap'}"
 
 
 def main(argv: list[str]) -> int:
@@ -73,20 +88,47 @@ def main(argv: list[str]) -> int:
     subs = [(ep, Subscriber([ep], curve=curve)) for ep in endpoints]
     wait_ms = max(1, 50 // len(subs))
     deadline = time.monotonic() + ns.duration if ns.duration else None
+    rotate_bytes = int(ns.rotate_size * 1e6) if ns.rotate_size else None
+    part, opened = 0, time.monotonic()
+    frames = nbytes = 0
+    error: str | None = None
     print(f"{PROG}: recording {', '.join(endpoints)} to {ns.output}", file=sys.stderr)
     try:
         while stop.signum is None and (deadline is None or time.monotonic() < deadline):
             for ep, sub in subs:
-                frames = sub.recv_frames(wait_ms)
+                batch = sub.recv_frames(wait_ms)
                 # one receive time for the batch: they were all queued by the time poll returned
                 recv_ns = time.time_ns()
-                for frame in frames:
+                for frame in batch:
                     writer.add(frame, ep, recv_ns)
             writer.tick()
+            due = (rotate_bytes is not None and writer.file_bytes >= rotate_bytes) or (
+                ns.rotate_time is not None and time.monotonic() - opened >= ns.rotate_time
+            )
+            if due:
+                frames, nbytes = frames + writer.frames, nbytes + writer.bytes
+                writer.close()
+                part, opened = part + 1, time.monotonic()
+                writer = RecordingWriter(rotated_name(ns.output, part))
+                print(f"{PROG}: now writing {rotated_name(ns.output, part)}", file=sys.stderr)
+    except OSError as exc:
+        # A full disk, say: what is already on disk stays readable (chunks closed every second).
+        error = f"cannot write {rotated_name(ns.output, part)}: {exc.strerror or exc}"
     finally:
-        writer.close()
+        try:
+            writer.close()
+        except OSError as exc:
+            error = error or f"cannot finish {rotated_name(ns.output, part)}: {exc.strerror or exc}"
         for _, sub in subs:
             sub.close()
+    frames, nbytes = frames + writer.frames, nbytes + writer.bytes
+    parts = f" in {part + 1} files" if part else ""
+    if error is not None:
+        print(
+            f"{PROG}: {error}; {frames} frames recorded before{parts} (eagle3-top dump reads them)",
+            file=sys.stderr,
+        )
+        return EXIT_FINDINGS
     why = f"signal {signal.Signals(stop.signum).name}" if stop.signum is not None else "--duration"
-    print(f"{PROG}: stopped ({why}): {writer.frames} frames, {writer.bytes} bytes", file=sys.stderr)
+    print(f"{PROG}: stopped ({why}): {frames} frames, {nbytes} bytes{parts}", file=sys.stderr)
     return EXIT_OK
