@@ -14,6 +14,7 @@ from benchmarks import (
     bench_ingest,
     bench_manifest,
     bench_publisher,
+    bench_record,
     bench_tracer_overhead,
     bench_tui_ingest,
 )
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     bench_tui_ingest.main(["--seconds", secs])
     bench_tui_ingest.main(["--seconds", secs, "--rate", "10000"])
     bench_manifest.main(["--files", "1000" if ns.quick else "10000"])
+    bench_record.main(["--events", "50000" if ns.quick else "200000"])
     bench_hostile_flood.main(["--frames", "40000" if ns.quick else "240000"])
 
 

@@ -19,6 +19,9 @@ FLUSH_INTERVAL_S = 1.0
 # Large enough that a busy stream still compresses well, small enough to bound memory between flushes.
 CHUNK_SIZE = 4 << 20
 _U64 = (1 << 64) - 1
+# zstd: smaller files (the default); lz4: about 1.5x the write rate for about 1.6x the size
+# (benchmarks/bench_record.py, docs/performance.md).
+COMPRESSIONS = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
 
 
 def _ns(ts: float) -> int | None:
@@ -30,9 +33,13 @@ def _ns(ts: float) -> int | None:
 class RecordingWriter:
     """Appends frames to ``path``; ``close()`` writes the summary (a reader needs none)."""
 
-    def __init__(self, path: str, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+    def __init__(
+        self, path: str, flush_interval_s: float = FLUSH_INTERVAL_S, compression: str = "zstd"
+    ) -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression {compression!r}: expected one of {', '.join(COMPRESSIONS)}")
         self._file: BinaryIO = open(path, "wb")  # closed in close(), not a with: it lives for the run
-        self._writer = Writer(self._file, chunk_size=CHUNK_SIZE, compression=CompressionType.ZSTD)
+        self._writer = Writer(self._file, chunk_size=CHUNK_SIZE, compression=COMPRESSIONS[compression])
         self._writer.start(profile=PROFILE, library="eagle3-top")
         self._schema = self._writer.register_schema(SCHEMA_NAME, "text", SCHEMA_TEXT)
         self._channels: dict[tuple[str, str], int] = {}
