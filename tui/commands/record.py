@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a new file once this one holds MB megabytes (FILE, then FILE.1, FILE.2, ...)",
     )
     p.add_argument("--rotate-time", type=positive_float, metavar="S", help="start a new file every S seconds")
+    p.add_argument(
+        "--compression",
+        choices=("zstd", "lz4", "none"),
+        default="zstd",
+        help="chunk compression (default zstd; lz4 writes faster for bigger files)",
+    )
     add_curve_arguments(p)
     return p
 
