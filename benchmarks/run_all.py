@@ -15,6 +15,7 @@ from benchmarks import (
     bench_manifest,
     bench_publisher,
     bench_record,
+    bench_record_e2e,
     bench_tracer_overhead,
     bench_tui_ingest,
 )
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     bench_tui_ingest.main(["--seconds", secs])
     bench_tui_ingest.main(["--seconds", secs, "--rate", "10000"])
     bench_manifest.main(["--files", "1000" if ns.quick else "10000"])
-    bench_record.main(["--events", "50000" if ns.quick else "200000"])
+    bench_record.main(["--events", "30000", "--rounds", "1", "--no-hour"] if ns.quick else [])
+    bench_record_e2e.main(["--seconds", "2", "--rounds", "1"] if ns.quick else [])
     bench_hostile_flood.main(["--frames", "40000" if ns.quick else "240000"])
 
 

@@ -1,4 +1,4 @@
-"""`eagle3-top record` and `dump`: real publishers on loopback, the real command line in a child
+"""`eagle3-top record` and `recording info`: real publishers on loopback, the real command line in a child
 process, the files read back by the stock `mcap` reader and by ours, whole, killed and damaged."""
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def record(stream: Stream, path: str, seconds: float, sig: int) -> tuple[subproc
     return proc, sent
 
 
-def dump(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "dump", *args], capture_output=True, text=True, timeout=30)
+def info(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "recording", "info", *args], capture_output=True, text=True, timeout=30)
 
 
 def test_sigterm_closes_cleanly_and_frames_are_byte_identical(stream: Stream, tmp_path: Path) -> None:
@@ -156,12 +156,14 @@ def test_sigterm_closes_cleanly_and_frames_are_byte_identical(stream: Stream, tm
     assert [(r.topic, r.log_time_ns, r.data) for r in ours] == [(t, m.log_time, m.data) for t, m in msgs]
     assert ours.report.complete
 
-    out = dump(path, "--json")
+    out = info(path, "--json")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     src = got["sources"]["rec-host:77:r0"]
     assert src["kinds"]["step"] > 50 and src["kinds"]["hello"] >= 1
     assert src["undecodable"] == 0 and src["endpoints"] == [stream.endpoints[0]]
+    assert src["drops"][stream.endpoints[0]]["received"] == src["frames"]  # every frame's seq counted
+    assert got["kinds"]["step"] == src["kinds"]["step"] and got["span"]["span_s"] > 1
     assert got["undecodable"] == got["sources"][UNDECODABLE]["frames"] >= 1
     assert got["lost"] == [] and got["report"]["summary"] is True
 
@@ -176,7 +178,7 @@ def test_sigkill_loses_at_most_the_last_second(stream: Stream, tmp_path: Path) -
     expected = [data for t, data in stream.seen if first <= t < killed - 1.5]
     assert expected and set(expected) <= set(frames)
 
-    out = dump(path)
+    out = info(path)
     assert out.returncode == 3
     assert "no summary section (recorder killed" in out.stdout
     assert "rec-host:77:r0" in out.stdout and "undecodable frames:" in out.stdout
@@ -221,7 +223,7 @@ def test_damaged_chunk_is_skipped_and_reported(tmp_path: Path) -> None:
     assert len(rec.report.bad_chunks) == 1 and rec.report.bad_chunks[0][0] == off
     assert rec.report.summary and not rec.report.complete
 
-    out = dump(path, "--json")
+    out = info(path, "--json")
     assert out.returncode == 3
     got = json.loads(out.stdout)
     assert got["sources"]["h:1:r0"]["frames"] == 80
@@ -236,7 +238,7 @@ def test_file_cut_inside_a_chunk(tmp_path: Path) -> None:
     rec = read_recording(path)
     assert len(list(rec)) == 20
     assert rec.report.unreadable_tail == length // 2 and rec.report.tail_inside == "chunk"
-    out = dump(path)
+    out = info(path)
     assert out.returncode == 3
     assert f"file ends inside a chunk record: {length // 2} bytes unreadable" in out.stdout
     assert "no summary section" in out.stdout
@@ -249,6 +251,7 @@ def test_file_cut_inside_a_chunk(tmp_path: Path) -> None:
         (["record", "nonsense", "-o", "x.mcap"], "no valid endpoint"),
         (["record", "127.0.0.1:1", "--duration", "-1", "-o", "x.mcap"], "positive number"),
         (["dump", "/nonexistent.mcap"], "No such file"),
+        (["recording", "info", "/nonexistent.mcap"], "No such file"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -300,7 +303,7 @@ def test_rotation_by_time_makes_complete_parts(stream: Stream, tmp_path: Path) -
     for p in parts:
         if not os.path.exists(p):
             continue
-        out = dump(p, "--json")
+        out = info(p, "--json")
         assert out.returncode == 0, out.stdout  # every part closed cleanly, with its summary
         times = [f.log_time_ns for f in read_recording(p)]
         if times:

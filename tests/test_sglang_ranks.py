@@ -93,12 +93,24 @@ def child_dp_replica() -> dict[str, Any]:
 
 
 def _free_port_pair() -> int:
-    """A port p with p + 1 free too (rank r publishes on port + r)."""
-    for _ in range(50):
-        p = sglang_cpu.free_port()
+    """A port p with p + 1 free too (rank r publishes on port + r), below the kernel's ephemeral
+    range: there, the gloo world's own connections and our subscriber's reconnect attempts (a
+    loopback connect to a port nobody listens on yet can connect to itself) can take p or p + 1
+    before the rank binds it, and the rank then publishes nowhere."""
+    import random
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(max(1024, low - 12000), low - 2)
         try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
             return p
         except OSError:
             continue
@@ -170,7 +182,7 @@ def test_all_ranks_publish_each_as_its_own_source(two_ranks_all: dict[str, Any])
 
     r0, r1 = two_ranks_all["children"]
     ep = two_ranks_all["endpoint"]
-    assert r0["bound"] == ep and r1["bound"] == endpoint_for_rank(ep, 1)
+    assert r0["bound"] == ep and r1["bound"] == endpoint_for_rank(ep, 1), (r0["off"], r1["off"])
     hellos = two_ranks_all["hellos"]
     assert sorted(src.rsplit(":", 1)[1] for src in hellos) == ["r0", "r1"]
     for src, hello in hellos.items():

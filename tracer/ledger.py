@@ -199,3 +199,6 @@ class FrameLedger:
         """For errors found after decoding (bad columns in a step, say)."""
         self.malformed += 1
         self.last_malformed = reason
+
+    def close(self) -> None:
+        """Release what carries the frames (nothing here; a socket in ``Subscriber``)."""

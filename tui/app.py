@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer
 
 from .acceptance_panel import AcceptancePanel
 from .feed import Feed
+from .feed_recording import default_name
 from .findings_panel import FindingsPanel
 from .health_panel import HealthPanel
 from .help_screen import HelpScreen
@@ -37,6 +38,7 @@ class Eagle3TopApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("p", "toggle_pause", "pause"),
+        Binding("r", "toggle_record", "record"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("tab", "next_source", "next source", priority=True),
         Binding("shift+tab", "prev_source", "prev source", show=False, priority=True),
@@ -53,6 +55,7 @@ class Eagle3TopApp(App[None]):
         manifest: Manifest | None = None,
         feed: Feed | None = None,
         curve: CurveClient | None = None,
+        record_dir: str = ".",
     ) -> None:
         super().__init__()
         self.endpoints = list(endpoints)
@@ -72,6 +75,7 @@ class Eagle3TopApp(App[None]):
         self.selected: str | None = None
         self.ticks = 0
         self.render_error: str | None = None
+        self.record_dir = record_dir
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -143,9 +147,15 @@ class Eagle3TopApp(App[None]):
             except Exception:
                 pass
 
+    def _render_status(self) -> None:
+        rec = self.feed.recording
+        recording = f"{rec.path} {rec.frames} frames" if rec.active else None
+        error = self.feed.error or self.render_error or rec.error
+        self.status_bar.update_from(self.shown, self.paused, error, self.feed.position(), recording)
+
     def _render_shown(self) -> None:
         snap = self.shown
-        self.status_bar.update_from(snap, self.paused, self.feed.error or self.render_error)
+        self._render_status()
         if snap is None:
             return
         with self.batch_update():
@@ -187,6 +197,22 @@ class Eagle3TopApp(App[None]):
             self.shown = self.latest
         self._render_shown()
 
+    def action_toggle_record(self) -> None:
+        """Record what the monitor receives into an MCAP file, as ``eagle3-top record`` would."""
+        rec = self.feed.recording
+        if rec.active:
+            path = rec.path
+            rec.stop()
+            self.notify(f"recording stopped: {path} ({rec.frames} frames)")
+        else:
+            path = default_name(self.record_dir)
+            why = rec.start(path)
+            if why is not None:
+                self.notify(f"cannot record: {why}", severity="error")
+            else:
+                self.notify(f"recording to {path} (r stops)")
+        self._render_status()
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
@@ -212,6 +238,7 @@ def run_app(
     stale_after_s: float = 3.0,
     on_exit: Iterable[Callable[[], object]] = (),
     curve: CurveClient | None = None,
+    record_dir: str = ".",
 ) -> None:
     """Run the live view until the user quits (q / ctrl+c)."""
     Eagle3TopApp(
@@ -219,6 +246,7 @@ def run_app(
         title=title,
         manifest=manifest,
         curve=curve,
+        record_dir=record_dir,
         refresh_hz=refresh_hz,
         stale_after_s=stale_after_s,
         on_exit=on_exit,

@@ -16,7 +16,8 @@ eagle3-top toy [...]                       run the built-in EAGLE-3 engine and p
 eagle3-top keys DIR NAME                   write a CURVE certificate pair for remote tailing
 eagle3-top demo                            two built-in engines (healthy, mis-wired) + the monitor
 eagle3-top record ENDPOINT ... -o FILE     store every frame, as received, in an MCAP file
-eagle3-top dump FILE [--json]              what a recording holds, and what of it was lost
+eagle3-top recording info FILE [--json]    what a recording holds, per source, and what of it was lost
+eagle3-top dump FILE [--kind K] [--source S] [--since T] [--json]   the frames of a recording, one a line
 """
 
 EXIT_INTERRUPTED = 130

@@ -35,11 +35,14 @@ class Diagnoser:
     _due: dict[str, _Due] = field(default_factory=dict)
     _evictions_seen: int = 0
 
-    def run(self, book: EvidenceBook, now: float) -> tuple[dict[str, Diagnosis], list[str]]:
+    def run(
+        self, book: EvidenceBook, now: float, force: bool = False
+    ) -> tuple[dict[str, Diagnosis], list[str]]:
         """Fresh diagnoses of the sources that are due, and the sources the book has evicted since
         the last call (their diagnoses must go too: a publisher inventing sources must not grow
         memory). Call from the thread that feeds ``book``: it reads the evidence while nothing
-        else writes it."""
+        else writes it. ``force``: every source now, not only the due ones (a replay that stopped
+        on a frame, whose clock will not move on to make them due)."""
         out: dict[str, Diagnosis] = {}
         for key, st in list(book.sources.items()):
             if st.hello is None:
@@ -47,7 +50,7 @@ class Diagnoser:
             due = self._due.get(key)
             if due is None:
                 due = self._due[key] = _Due()
-            elif due.hello is st.hello and now - due.at < self.every_s:
+            elif not force and due.hello is st.hello and now - due.at < self.every_s:
                 continue
             due.at, due.hello = now, st.hello
             try:

@@ -17,12 +17,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.ledger import FrameLedger
+from eagle3_top.tracer.replay import Position
 from eagle3_top.tracer.subscriber import Subscriber
 
 from .diagnosis import Diagnoser, Diagnosis
+from .feed_recording import FeedRecording
 from .snapshot import STALE_AFTER_S, Snapshot, Transport, take_snapshot
 
 log = logging.getLogger("eagle3_top.tui.feed")
@@ -53,9 +57,10 @@ class Feed:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._sub: Subscriber | None = None
+        self._sub: FrameLedger | None = None
         self._thread: threading.Thread | None = None
         self.error: str | None = None  # set if the worker died; shown by the UI
+        self.recording = FeedRecording(self.endpoints)
         self.batches = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -79,30 +84,46 @@ class Feed:
 
     # -- worker ----------------------------------------------------------------------------------
 
+    def _open(self) -> FrameLedger:
+        """The frame source, made on the worker (zmq sockets live and die in their thread)."""
+        return self._factory(self.endpoints)
+
+    def _pump(self, sub: FrameLedger) -> None:
+        """Receive what is there (waiting up to a poll interval) and fold it into the book."""
+        sub = cast(Subscriber, sub)  # the live feed's source is the one _open made
+        frames = sub.recv_frames(self._poll_ms, self._max_batch)
+        if frames:
+            now = self._clock()
+            self._tap(frames, now)
+            # decode outside the lock (the ledger's counters are only written by this thread;
+            # the UI copies them with single C-level calls), fold in under it.
+            events = [ev for ev in map(sub.decode_frame, frames) if ev is not None]
+            with self._lock:
+                self.book.ingest(events, now, sub.count_malformed)
+                self.batches += 1
+
+    def _tap(self, frames: list[bytes], now: float) -> None:
+        """Hand the raw frames to the recording the user started (``r``), if any, stamped with the
+        receive time the book gets: a replay of it then rebuilds the very same book."""
+        if self.recording.active:
+            self.recording.add(frames, int(now * 1e9))
+
     def _run(self) -> None:
         try:
-            sub = self._factory(self.endpoints)  # zmq sockets live and die in this thread
+            sub = self._open()
         except Exception as exc:
             self.error = f"cannot subscribe: {type(exc).__name__}: {exc}"
             self._ready.set()
             return
         self._sub = sub
         self._ready.set()
-        book, lock, clock = self.book, self._lock, self._clock
-        decode_frame, count_malformed = sub.decode_frame, sub.count_malformed
         try:
             while not self._stop.is_set():
-                frames = sub.recv_frames(self._poll_ms, self._max_batch)
-                if frames:
-                    # decode outside the lock (the Subscriber's counters are only written by this
-                    # thread; the UI copies them with single C-level calls), fold in under it.
-                    events = [ev for ev in map(decode_frame, frames) if ev is not None]
-                    with lock:
-                        book.ingest(events, clock(), count_malformed)
-                        self.batches += 1
-                fresh, gone = self.diagnoser.run(book, clock())
+                self.recording.service()
+                self._pump(sub)
+                fresh, gone = self.diagnoser.run(self.book, self._clock(), self._settled())
                 if fresh or gone:
-                    with lock:
+                    with self._lock:
                         self.diagnoses.update(fresh)
                         for key in gone:
                             self.diagnoses.pop(key, None)
@@ -110,14 +131,28 @@ class Feed:
             self.error = f"receive worker stopped: {type(exc).__name__}: {exc}"
             log.exception("feed worker stopped")
         finally:
-            with lock:
+            with self._lock:
                 self._sub = None
             try:
                 sub.close()
             except Exception:
                 pass
+            self._closed()
+
+    def _settled(self) -> bool:
+        """True when the evidence just stopped changing and the findings must catch up at once
+        (never live: new frames keep coming, and the findings engine runs on its own period)."""
+        return False
+
+    def _closed(self) -> None:
+        """The worker is ending: a recording in progress is closed whole (summary written)."""
+        self.recording.close()
 
     # -- UI side ---------------------------------------------------------------------------------
+
+    def position(self) -> Position | None:
+        """Where a replay stands; None for a live feed."""
+        return None
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = self._clock() if now is None else now

@@ -12,8 +12,15 @@ HELP_TEXT = """\
 [b]Keys[/b]
   [b]q[/b]           quit
   [b]p[/b]           pause: freeze the display; data keeps being received; PAUSED is shown
+  [b]r[/b]           record what the monitor receives to eagle3-top-DATE-TIME.mcap; r again stops
   [b]↑ ↓ tab[/b]     select a source (one row per host:pid:rank)
   [b]?[/b]           this help (esc, ? or q closes it)
+
+[b]Replay keys[/b] (eagle3-top --replay FILE)
+  [b]p space[/b]     play / pause          [b], .[/b]   one event back / forward
+  [b]← →[/b]         one second back / forward (shift: ten)
+  [b]+ -[/b]         speed 0.25x .. 100x, then max        [b]g[/b]   go to a time or a percentage
+  [b]0-9[/b]         go to 0%, 10%, .. 90%                [b]home end[/b]   start / end
 
 [b]What the numbers mean[/b]
   [b]accept len[/b]  accept length per verify step = [b]accepted draft tokens + 1[/b] (the bonus

@@ -1,20 +1,63 @@
-"""One-line title bar: app title, endpoint states, PAUSED, and a worker error if any."""
+"""One-line title bar: app title, endpoint states (or, replaying, the scrubber), PAUSED, a
+recording in progress, and a worker error if any."""
 
 from __future__ import annotations
 
+from eagle3_top.tracer.replay import Position, speed_label
 from rich.text import Text
 from textual.widgets import Static
 
 from .snapshot import Snapshot
 
+SCRUBBER_CELLS = 24
 
-def render_status(title: str, snap: Snapshot | None, paused: bool, error: str | None) -> Text:
+
+def clock_text(seconds: float) -> str:
+    """``12.3``, ``1:05.0``, ``2:03:04``: short, and exact enough to seek back to."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(seconds, 60)
+    if m < 60:
+        return f"{int(m)}:{s:04.1f}"
+    h, m = divmod(int(m), 60)
+    return f"{h}:{m:02d}:{int(s):02d}"
+
+
+def render_scrubber(pos: Position, t: Text) -> None:
+    state = "▶" if pos.playing and not (pos.at_end and not pos.follow) else "⏸"
+    if pos.at_end and not pos.follow:
+        state = "■ end"
+    t.append(f" {state} {speed_label(pos.speed)} ", style="bold black on cyan")
+    t.append(f" {clock_text(pos.elapsed_s)} / {clock_text(pos.length_s)} ")
+    filled = round(pos.fraction * SCRUBBER_CELLS)
+    t.append("━" * filled, style="cyan")
+    t.append("●", style="bold cyan")
+    t.append("─" * (SCRUBBER_CELLS - filled), style="dim")
+    t.append(f" {pos.fraction * 100:3.0f}% ")
+    t.append(f" event {pos.delivered}/{pos.total}", style="dim")
+    if pos.follow:
+        t.append(" following", style="green")
+
+
+def render_status(
+    title: str,
+    snap: Snapshot | None,
+    paused: bool,
+    error: str | None,
+    replay: Position | None = None,
+    recording: str | None = None,
+) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {title} ", style="bold reverse")
     if paused:
         t.append(" PAUSED ", style="bold black on yellow")
+    if recording:
+        t.append(f" ● REC {recording} ", style="bold white on red")
     if error:
         t.append(f" {error} ", style="bold white on red")
+    if replay is not None:
+        render_scrubber(replay, t)
     if snap is not None:
         for ep, state in snap.endpoints:
             style = (
@@ -36,5 +79,12 @@ class StatusBar(Static):
         super().__init__("", **kwargs)
         self.title_text = title
 
-    def update_from(self, snap: Snapshot | None, paused: bool, error: str | None = None) -> None:
-        self.update(render_status(self.title_text, snap, paused, error))
+    def update_from(
+        self,
+        snap: Snapshot | None,
+        paused: bool,
+        error: str | None = None,
+        replay: Position | None = None,
+        recording: str | None = None,
+    ) -> None:
+        self.update(render_status(self.title_text, snap, paused, error, replay, recording))

@@ -17,14 +17,18 @@ Structural findings need only the hello; statistical ones need ``MIN_AUX_ROWS`` 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from eagle3_top.tracer.ledger import FrameLedger
+from eagle3_top.tracer.recording import RecordedFrame, RecordingReport
+from eagle3_top.tracer.schema import Event
 from eagle3_top.tracer.subscriber import Subscriber
 
 from .diagnose import MIN_AUX_ROWS, MIN_REQUEST_STEPS, diagnose, expected_accept_length
-from .evidence import EvidenceBook, SourceEvidence
+from .evidence import EvidenceBook, OnMalformed, SourceEvidence
 from .findings import Finding, has_errors
 from .manifest import Manifest
 
@@ -78,6 +82,8 @@ class CheckResult:
     undecodable: int = 0  # frames that named no source (not msgpack, no envelope)
     last_undecodable: str | None = None
     notes: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # evidence known to be missing (a damaged recording)
+    read_whole: bool = False  # a replay read the recording to its end
 
     @property
     def complete(self) -> bool:
@@ -87,7 +93,19 @@ class CheckResult:
     def verdict(self) -> str:
         if has_errors(self.findings):
             return FINDINGS
-        return OK if self.complete and not self.undecodable else PARTIAL
+        return OK if self.complete and not self.undecodable and not self.lost else PARTIAL
+
+    def note_recording(self, report: RecordingReport) -> None:
+        """A hole in the middle of a recording (a bad chunk, damaged bytes stepped over, a summary
+        that counts messages the chunks no longer hold) is evidence not seen: partial. A cut-off
+        end (a recorder killed) only shortens the recording, and is a note, when the judging got
+        there."""
+        lost = [f"bad chunk at byte {o} skipped: {why}" for o, why in report.bad_chunks]
+        lost += [f"{n} bytes skipped at byte {o}: damaged" for o, n in report.skipped]
+        lost += report.index_mismatch
+        self.lost.extend(lost)
+        if self.read_whole:
+            self.notes.extend(f"recording: {line}" for line in report.describe() if line not in lost)
 
 
 @dataclass(frozen=True)
@@ -179,6 +197,54 @@ def progress_line(book: EvidenceBook, enough: Enough, elapsed: float, timeout: f
     return f"{seen} [{elapsed:.0f}s of {timeout:g}s]"
 
 
+class Watch:
+    """The judging half of ``check``, fed batch by batch by a socket or a recording."""
+
+    def __init__(self, enough: Enough, gone_after_s: float = GONE_AFTER_S) -> None:
+        self.enough = enough
+        self.book = EvidenceBook(manifest=enough.manifest)
+        self.gone: dict[str, str] = {}
+        self.gone_after_s = gone_after_s
+
+    def fold(self, events: list[Event], now: float, on_malformed: OnMalformed | None = None) -> bool:
+        """Fold in a batch received at ``now``; True once there is nothing more to wait for."""
+        self.book.ingest(events, now, on_malformed)
+        sources = self.book.sources.values()
+        for ev in sources:
+            why = _gone(ev, now, self.gone_after_s)
+            if why is not None:
+                self.gone.setdefault(ev.key, why)
+            else:
+                self.gone.pop(ev.key, None)  # back (a reconnect)
+        if any(ev.health is not None and ev.health.engine_error for ev in sources):
+            return True  # a crash is certain now: no reason to wait out the timeout
+        return bool(sources) and all(self.enough.done(ev) or ev.key in self.gone for ev in sources)
+
+    def result(self, ledger: FrameLedger, waited: float, nothing_heard: str) -> CheckResult:
+        """The verdict; ``NoStream(nothing_heard)`` when no source ever said hello."""
+        sources = self.book.sources
+        if not any(s.hello is not None or s.health is not None for s in sources.values()):
+            seen = (
+                f"; {ledger.malformed} malformed frames ({ledger.last_malformed})" if ledger.malformed else ""
+            )
+            raise NoStream(nothing_heard + seen)
+        manifest = self.enough.manifest
+        findings: list[Finding] = []
+        for s in sources.values():
+            findings.extend(diagnose(s, manifest))
+        reports = [report(s, self.enough, self.gone.get(s.key)) for s in sources.values()]
+        # Frames that failed before naming a source: counted by the ledger, not by any source.
+        per_source = sum(s.malformed for s in sources.values())
+        undecodable = max(0, ledger.malformed - per_source)
+        result = CheckResult(
+            findings, sources, reports, waited, undecodable, ledger.last_malformed if undecodable else None
+        )
+        forgotten = max(ledger.evicted_sources, self.book.dropped_sources)
+        if forgotten:
+            result.notes.append(f"more sources than the book holds: {forgotten} forgotten")
+        return result
+
+
 def watch(
     endpoints: list[str],
     manifest: Manifest | None,
@@ -192,51 +258,63 @@ def watch(
     subscriber: Subscriber | None = None,
 ) -> CheckResult:
     """Watch until every source is done, gone or crashed, or the timeout; then judge."""
-    enough = Enough(steps, steps if min_steps is None else min_steps, manifest)
+    w = Watch(Enough(steps, steps if min_steps is None else min_steps, manifest), gone_after_s)
     sub = subscriber or Subscriber(endpoints, curve=curve)
-    book = EvidenceBook(manifest=manifest)
     t0 = time.monotonic()
     deadline = t0 + timeout
     next_progress = t0 + 1.0
-    gone: dict[str, str] = {}
     try:
         while time.monotonic() < deadline:
-            book.ingest(sub.poll(50), time.time(), sub.count_malformed)
-            now = time.time()
-            for ev in book.sources.values():
-                why = _gone(ev, now, gone_after_s)
-                if why is not None:
-                    gone.setdefault(ev.key, why)
-                else:
-                    gone.pop(ev.key, None)  # back (a reconnect)
-            if any(ev.health is not None and ev.health.engine_error for ev in book.sources.values()):
-                break  # a crash is certain now: no reason to wait out the timeout
-            if book.sources and all(enough.done(ev) or ev.key in gone for ev in book.sources.values()):
+            if w.fold(sub.poll(50), time.time(), sub.count_malformed):
                 break
             if progress is not None and time.monotonic() >= next_progress:
                 next_progress += 1.0
-                progress(progress_line(book, enough, time.monotonic() - t0, timeout))
+                progress(progress_line(w.book, w.enough, time.monotonic() - t0, timeout))
     finally:
         if subscriber is None:
             sub.close()
-    waited = time.monotonic() - t0
-    sources = book.sources
-    if not any(s.hello is not None or s.health is not None for s in sources.values()):
-        states = ", ".join(f"{ep} {st}" for ep, st in sub.endpoints.items())
-        seen = f"; {sub.malformed} malformed frames ({sub.last_malformed})" if sub.malformed else ""
-        raise NoStream(f"no hello within {timeout:g}s from {states}{seen}: is the server publishing there?")
-    findings: list[Finding] = []
-    for s in sources.values():
-        findings.extend(diagnose(s, manifest))
-    reports = [report(s, enough, gone.get(s.key)) for s in sources.values()]
-    # Frames that failed before naming a source: counted by the subscriber, not by any source.
-    per_source = sum(s.malformed for s in sources.values())
-    undecodable = max(0, sub.malformed - per_source)
-    result = CheckResult(
-        findings, sources, reports, waited, undecodable, sub.last_malformed if undecodable else None
+    states = ", ".join(f"{ep} {st}" for ep, st in sub.endpoints.items())
+    return w.result(
+        sub,
+        time.monotonic() - t0,
+        f"no hello within {timeout:g}s from {states}: is the server publishing there?",
     )
-    if sub.evicted_sources or book.dropped_sources:
+
+
+def judge_recording(
+    frames: Iterable[RecordedFrame],
+    manifest: Manifest | None,
+    *,
+    steps: int = 50,
+    min_steps: int | None = None,
+    timeout: float = 30.0,
+    gone_after_s: float = GONE_AFTER_S,
+) -> CheckResult:
+    """The verdict ``check`` would have given had it started with the recording: the same judging,
+    fed the recorded frames at their receive times, with ``timeout`` in recording time."""
+    w = Watch(Enough(steps, steps if min_steps is None else min_steps, manifest), gone_after_s)
+    ledger = FrameLedger()
+    t0: int | None = None
+    last = 0
+    done = False  # stopped before the end: judged, or the timeout
+    for t_ns, group in groupby(frames, key=lambda f: f.log_time_ns):
+        t0 = t_ns if t0 is None else t0
+        if t_ns - t0 > timeout * 1e9:
+            # live, the clock would have run on to the deadline: a source silent by then is gone
+            last = t0 + int(timeout * 1e9)
+            w.fold([], last / 1e9, ledger.count_malformed)
+            done = True
+            break
+        last = t_ns
+        events = [ev for ev in map(ledger.decode_frame, (f.data for f in group)) if ev is not None]
+        if w.fold(events, t_ns / 1e9, ledger.count_malformed):
+            done = True
+            break
+    waited = 0.0 if t0 is None else (last - t0) / 1e9
+    result = w.result(ledger, waited, f"no hello in the first {timeout:g}s of the recording")
+    result.read_whole = not done
+    if result.read_whole:
         result.notes.append(
-            f"more sources than the book holds: {max(sub.evicted_sources, book.dropped_sources)} forgotten"
+            f"the recording ends {waited:.1f}s after its first frame, before the evidence was in"
         )
     return result

@@ -2,16 +2,27 @@
 
 Reader side only: the serving process never imports this package (pyproject's import contracts)."""
 
-from .reader import RecordedFrame, RecordingReader, RecordingReport, read_recording
+from .gaps import SeqGaps
+from .reader import (
+    NotARecording,
+    RecordedFrame,
+    RecordingReader,
+    RecordingReport,
+    UnsupportedRecording,
+    read_recording,
+)
 from .writer import FLUSH_INTERVAL_S, SCHEMA_NAME, UNDECODABLE, RecordingWriter
 
 __all__ = [
     "FLUSH_INTERVAL_S",
     "SCHEMA_NAME",
     "UNDECODABLE",
+    "NotARecording",
     "RecordedFrame",
     "RecordingReader",
     "RecordingReport",
     "RecordingWriter",
+    "SeqGaps",
+    "UnsupportedRecording",
     "read_recording",
 ]

@@ -6,8 +6,9 @@ import math
 import time
 from typing import BinaryIO
 
-from eagle3_top.tracer.schema import SCHEMA_VERSION, DecodeError, decode
-from mcap.writer import CompressionType, Writer
+from eagle3_top.tracer.schema import SCHEMA_VERSION, Envelope, peek
+
+from .chunked import ZSTD_LEVEL, ChunkedMcapWriter
 
 SCHEMA_NAME = f"eagle3-top/v{SCHEMA_VERSION}"
 SCHEMA_TEXT = b"msgpack maps as in docs/protocol.md; each message is one frame exactly as received"
@@ -16,17 +17,24 @@ UNDECODABLE = "undecodable"
 PROFILE = "eagle3-top"
 # A killed recorder loses the chunk in progress; closing one at least this often bounds the loss.
 FLUSH_INTERVAL_S = 1.0
-# Large enough that a busy stream still compresses well, small enough to bound memory between flushes.
+# Bounds the memory between flushes; from 1 to 16 MB neither the rate nor the size of a busy
+# stream changes (benchmarks/bench_record.py --sweep).
 CHUNK_SIZE = 4 << 20
 _U64 = (1 << 64) - 1
-# zstd: smaller files (the default); lz4: about 1.5x the write rate for about 1.6x the size
+# zstd at level 1 is the default: level 3's files are 4 - 6% smaller but it writes at 0.7x the rate,
+# short of 50,000 step events/s on one core; lz4 writes 1.3x bigger files at about the same rate
 # (benchmarks/bench_record.py, docs/performance.md).
-COMPRESSIONS = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
+COMPRESSIONS = {"zstd": "zstd", "lz4": "lz4", "none": ""}
+
+
+_MAX_TS_S = _U64 / 1e9  # 2^64 ns after the epoch: the year 2554
 
 
 def _ns(ts: float) -> int | None:
     if not math.isfinite(ts) or ts < 0:
         return None
+    if ts >= _MAX_TS_S:  # a hostile ts of 1e308 would overflow int() below
+        return _U64
     return min(int(ts * 1e9), _U64)
 
 
@@ -34,13 +42,19 @@ class RecordingWriter:
     """Appends frames to ``path``; ``close()`` writes the summary (a reader needs none)."""
 
     def __init__(
-        self, path: str, flush_interval_s: float = FLUSH_INTERVAL_S, compression: str = "zstd"
+        self,
+        path: str,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+        compression: str = "zstd",
+        zstd_level: int = ZSTD_LEVEL,
     ) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression {compression!r}: expected one of {', '.join(COMPRESSIONS)}")
         self._file: BinaryIO = open(path, "wb")  # closed in close(), not a with: it lives for the run
-        self._writer = Writer(self._file, chunk_size=CHUNK_SIZE, compression=COMPRESSIONS[compression])
-        self._writer.start(profile=PROFILE, library="eagle3-top")
+        self._writer = ChunkedMcapWriter(
+            self._file, profile=PROFILE, library="eagle3-top", chunk_size=CHUNK_SIZE,
+            compression=COMPRESSIONS[compression], zstd_level=zstd_level,
+        )  # fmt: skip
         self._schema = self._writer.register_schema(SCHEMA_NAME, "text", SCHEMA_TEXT)
         self._channels: dict[tuple[str, str], int] = {}
         self._interval = flush_interval_s
@@ -58,18 +72,23 @@ class RecordingWriter:
             self._channels[key] = cid
         return cid
 
-    def add(self, frame: bytes, endpoint: str, recv_ns: int | None = None) -> None:
-        recv_ns = time.time_ns() if recv_ns is None else recv_ns
-        try:
-            ev = decode(frame)
-        except DecodeError:
-            topic, publish_ns, seq = UNDECODABLE, recv_ns, 0
+    def add(self, frame: bytes, endpoint: str, recv_ns: int | None = None) -> Envelope | None:
+        """Append one frame; returns its envelope (None when ``decode`` would reject the frame), so
+        the caller can count sequence gaps without reading the frame a second time."""
+        if recv_ns is None:
+            recv_ns = time.time_ns()
+        env = peek(frame)
+        if env is None:
+            self._writer.add_message(self._channel(UNDECODABLE, endpoint), recv_ns, frame, recv_ns, 0)
         else:
-            topic, publish_ns, seq = ev.src, _ns(ev.ts) or recv_ns, ev.seq & 0xFFFFFFFF
-        cid = self._channel(topic, endpoint)
-        self._writer.add_message(cid, log_time=recv_ns, data=frame, publish_time=publish_ns, sequence=seq)
+            ts = env.ts
+            # from 1 s to the year 2286, ts * 1e9 is a positive u64 without a second look
+            publish_ns = int(ts * 1e9) if 1.0 <= ts < 1e10 else (_ns(ts) or recv_ns)
+            cid = self._channels.get((env.src, endpoint)) or self._channel(env.src, endpoint)
+            self._writer.add_message(cid, recv_ns, frame, publish_ns, env.seq & 0xFFFFFFFF)
         self.frames += 1
         self.bytes += len(frame)
+        return env
 
     def tick(self) -> None:
         """Close the chunk in progress if it is older than the flush interval; call it often."""
@@ -80,8 +99,8 @@ class RecordingWriter:
 
     @property
     def file_bytes(self) -> int:
-        """Bytes on disk so far (closed chunks and records)."""
-        return self._file.tell()
+        """Bytes written so far (closed chunks and records)."""
+        return self._writer.position
 
     def close(self) -> None:
         if self.closed:

@@ -23,10 +23,12 @@ from .envelope import (
     SCHEMA_VERSION,
     STEP,
     DecodeError,
+    Envelope,
     Event,
     SourceId,
     decode,
     encode,
+    peek,
     split_source_key,
 )
 from .health import Health
@@ -49,9 +51,9 @@ from .text import printable
 
 __all__ = [
     "AUX", "BONUS", "HEALTH", "HELLO", "KINDS", "PROBE", "PROBE_AUX_DTYPE", "PROBE_MARKER", "SCHEMA_VERSION",
-    "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "DraftClaims", "Event", "Fingerprint",
+    "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "DraftClaims", "Envelope", "Event", "Fingerprint",
     "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
     "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",
-    "column", "decode", "encode", "is_probe_rid", "probe_body", "printable", "probe_view", "split_source_key",
+    "column", "decode", "encode", "is_probe_rid", "peek", "probe_body", "printable", "probe_view", "split_source_key",
     "step_body", "step_columns", "step_view",
 ]  # fmt: skip

@@ -7,7 +7,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -117,3 +117,46 @@ def decode(frame: bytes) -> Event:
     if type(ts) not in (int, float) or not math.isfinite(ts):
         raise DecodeError(f"'ts' {printable(repr(ts), 40)} is not a finite number")
     return Event(kind, src if src.isprintable() else printable(src, MAX_SRC), seq, float(ts), msg)
+
+
+class Envelope(NamedTuple):
+    """What ``peek`` reads of a frame: the envelope as ``decode`` would give it, and the whole map."""
+
+    kind: str
+    src: str
+    seq: int
+    ts: float
+    fields: dict[Any, Any]  # the frame's map, envelope keys included (nothing is popped)
+
+
+def peek(frame: bytes) -> Envelope | None:
+    """The envelope of a frame ``decode`` accepts, None for one it rejects, for a reader that only
+    routes and counts frames (the recorder): no ``Event``, no error message, no keys popped.
+
+    The whole frame is still unpacked: ``decode`` rejects a frame for any invalid UTF-8, unhashable
+    key or trailing byte anywhere in it, and a partial read would accept some of those. The checks
+    below are ``decode``'s, in the same order of outcome; tests/test_record_rate.py holds the two to
+    the same verdict on fuzzed frames."""
+    try:
+        msg = msgpack.unpackb(frame, raw=False, strict_map_key=False, max_bin_len=MAX_FRAME_BIN)
+    except Exception:
+        return None
+    if not isinstance(msg, dict) or msg.get("v") != SCHEMA_VERSION:
+        return None
+    kind, src, seq, ts = msg.get("kind"), msg.get("src"), msg.get("seq"), msg.get("ts")
+    if not (
+        type(kind) is str
+        and type(src) is str
+        and type(seq) is int
+        and 0 <= seq <= MAX_SEQ
+        and 0 < len(src) <= MAX_SRC
+        and len(kind) <= 32
+    ):
+        return None
+    if type(ts) is not float:
+        if type(ts) is not int:
+            return None
+        ts = float(ts)  # decode's slow path: an int ts is accepted as a float (or overflows)
+    if ts - ts != 0.0:  # NaN or an infinity
+        return None
+    return Envelope(kind, src if src.isprintable() else printable(src, MAX_SRC), seq, ts, msg)

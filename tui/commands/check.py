@@ -47,7 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "endpoints", nargs="+", metavar="ENDPOINT", help="tcp://HOST:PORT, HOST:PORT or ipc://PATH"
+        "endpoints", nargs="*", metavar="ENDPOINT", help="tcp://HOST:PORT, HOST:PORT or ipc://PATH"
+    )
+    p.add_argument(
+        "--replay",
+        metavar="FILE",
+        help="judge a recording instead of a live stream: the verdict check would have given had it "
+        "started with the recording (--timeout counts recording time)",
     )
     p.add_argument(
         "--manifest", metavar="M", help="training manifest (without it, only server-side checks run)"
@@ -104,6 +110,8 @@ def print_text(result: CheckResult, code: int, allow_partial: bool) -> None:
         print("\n".join(source_lines(r)))
     if result.undecodable:
         print(f"{result.undecodable} frame(s) named no source: {safe(result.last_undecodable or '')}")
+    for line in result.lost:
+        print(f"evidence lost: {safe(line)}")
     for line in finding_lines(result.findings):
         print(line)
     n = len(result.reports)
@@ -115,7 +123,8 @@ def print_text(result: CheckResult, code: int, allow_partial: bool) -> None:
         tail = " (allowed by --allow-partial)" if allow_partial else ""
         print(
             f"PARTIAL: no error seen, but {short} of {n} source(s) showed too little"
-            f"{' and some frames named no source' if result.undecodable else ''}{tail}"
+            f"{' and some frames named no source' if result.undecodable else ''}"
+            f"{' and part of the recording was unreadable' if result.lost else ''}{tail}"
         )
     else:
         extra = f", {len(result.findings)} warning/info finding(s)" if result.findings else ", no findings"
@@ -135,12 +144,16 @@ def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
+    if ns.replay is not None and ns.endpoints:
+        return fail(PROG, "--replay judges a file; give no endpoint with it")
+    if ns.replay is None and not ns.endpoints:
+        return fail(PROG, "give an ENDPOINT to watch, or --replay FILE")
     endpoints, bad = endpoint_list(ns.endpoints)
     for msg in bad:
-        print(f"eagle3-top check: {msg} (skipped)", file=sys.stderr)
-    if not endpoints:
-        return fail("eagle3-top check", "no valid endpoint")
-    from eagle3_top.tracer.analysis.check import NoStream, watch
+        print(f"{PROG}: {msg} (skipped)", file=sys.stderr)
+    if ns.replay is None and not endpoints:
+        return fail(PROG, "no valid endpoint")
+    from eagle3_top.tracer.analysis.check import NoStream, judge_recording, watch
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.curve import KeyError_
 
@@ -148,21 +161,38 @@ def main(argv: list[str]) -> int:
         curve = curve_from(ns)
         manifest = load_manifest(ns.manifest) if ns.manifest else None
     except (KeyError_, ManifestError) as exc:
-        return fail("eagle3-top check", str(exc))
-    with stderr_progress("check") as progress:
+        return fail(PROG, str(exc))
+    if ns.replay is not None:
+        from eagle3_top.tracer.recording import RecordingReader
+
+        reader = RecordingReader(ns.replay)
         try:
-            result = watch(
-                endpoints,
-                manifest,
-                steps=ns.steps,
-                min_steps=ns.min_steps,
-                timeout=ns.timeout,
-                curve=curve,
-                progress=progress,
+            result = judge_recording(
+                reader, manifest, steps=ns.steps, min_steps=ns.min_steps, timeout=ns.timeout
             )
         except NoStream as exc:
-            progress.clear()
-            return fail("eagle3-top check", str(exc))
+            lost = "; ".join(reader.report.describe()[:2])
+            return fail(PROG, f"{ns.replay}: {exc}" + (f" ({lost})" if lost else ""))
+        except ValueError as exc:  # not a recording, or one of a newer format: the reader's one line
+            return fail(PROG, str(exc))
+        except OSError as exc:
+            return fail(PROG, f"{ns.replay}: {exc.strerror or exc}")
+        result.note_recording(reader.report)
+    else:
+        with stderr_progress("check") as progress:
+            try:
+                result = watch(
+                    endpoints,
+                    manifest,
+                    steps=ns.steps,
+                    min_steps=ns.min_steps,
+                    timeout=ns.timeout,
+                    curve=curve,
+                    progress=progress,
+                )
+            except NoStream as exc:
+                progress.clear()
+                return fail(PROG, str(exc))
     code = exit_code(result, ns.allow_partial)
     if ns.json:
         print(
@@ -173,6 +203,7 @@ def main(argv: list[str]) -> int:
                     "waited_s": round(result.waited_s, 3),
                     "sources": [r.to_json() for r in result.reports],
                     "undecodable_frames": result.undecodable,
+                    "lost_evidence": result.lost,
                     "findings": [f.to_json() for f in result.findings],
                     "notes": result.notes,
                 },

@@ -1,96 +1,199 @@
-"""``eagle3-top dump``: what a recording holds, per source, and what of it was lost.
+"""``eagle3-top dump``: the frames of a recording, one line each, filtered by kind, source and time.
 
-Reads a file cut short or damaged too (a recorder killed, a disk that filled). Exit 0 for a
-complete file, 3 when something was unreadable, 2 for a file that is missing or not a recording."""
+Human lines by default, JSON lines with ``--json`` (``frame_json``). The file's integrity report
+goes to stderr at the end, one line per problem: exit 0 for a complete file, 3 when something was
+lost, 2 for a file that is missing, not a recording, or of a newer stream version. A reader that
+closes the pipe (``dump run.mcap | head``) ends the dump quietly, exit 0."""
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
+from eagle3_top.tracer.recording import RecordedFrame, RecordingReader
+from eagle3_top.tracer.schema import KINDS, DecodeError, Event, decode
+
+from .frame_json import frame_json
+from .frame_text import frame_summary
 from .report import EXIT_OK, EXIT_PARTIAL, fail, parse, safe
 
 PROG = "eagle3-top dump"
+UNDECODABLE = "undecodable"  # a frame that is not a v1 event
+UNKNOWN = "unknown"  # a v1 event of a kind this eagle3-top does not know
+KIND_WORDS = (*sorted(KINDS), UNDECODABLE, UNKNOWN)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Since:
+    """``--since``: seconds from the recording's first frame, or a time (ns since the epoch)."""
+
+    seconds: float | None = None
+    at_ns: int | None = None
+
+    def threshold(self, first_ns: int) -> int:
+        return self.at_ns if self.at_ns is not None else first_ns + int((self.seconds or 0.0) * 1e9)
+
+
+def since_arg(text: str) -> Since:
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds) or seconds < 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: seconds must be a finite number, 0 or more")
+        return Since(seconds=seconds)
+    iso = text.strip()
+    try:
+        t = datetime.fromisoformat(iso[:-1] + "+00:00" if iso.endswith(("Z", "z")) else iso)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither seconds from the first frame nor an ISO time (2025-01-31T12:00:00Z)"
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)  # recordings span machines: a time without a zone is UTC
+    return Since(at_ns=(t - _EPOCH) // timedelta(microseconds=1) * 1000)
+
+
+def kinds_arg(text: str) -> list[str]:
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in KIND_WORDS]
+    if bad or not words:
+        raise argparse.ArgumentTypeError(f"{text!r}: kinds are {', '.join(KIND_WORDS)}")
+    return words
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Summarise a recording made by eagle3-top record.")
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Print the frames of a recording made by eagle3-top record."
+    )
     p.add_argument("file", metavar="FILE", help="an .mcap file")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--kind", action="append", type=kinds_arg, metavar="K",
+        help=f"only these kinds (repeat it, or separate with commas): {', '.join(KIND_WORDS)}",
+    )  # fmt: skip
+    p.add_argument(
+        "--source", action="append", metavar="S",
+        help="only sources whose id (HOST:PID:rRANK) contains S; with * ? or [ in it, S is a glob the "
+        "whole id must match; repeat it for several (undecodable frames: their channel, 'undecodable')",
+    )  # fmt: skip
+    p.add_argument(
+        "--since", type=since_arg, metavar="T",
+        help="only frames received T seconds after the recording's first frame or later, or from the "
+        "ISO time T on (2025-01-31T12:00:00Z; UTC when it names no zone)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON object per frame (docs/recording.md)")
     return p
 
 
-@dataclass
-class _Source:
-    frames: int = 0
-    bytes: int = 0
-    undecodable: int = 0
-    first_ns: int = 0
-    last_ns: int = 0
-    kinds: Counter[str] = field(default_factory=Counter)
-    endpoints: set[str] = field(default_factory=set)
+def source_matcher(patterns: list[str]) -> Callable[[str], bool]:
+    globs = [p for p in patterns if any(c in p for c in "*?[")]
+    subs = [p for p in patterns if p not in globs]
+    return lambda src: any(s in src for s in subs) or any(fnmatch.fnmatchcase(src, g) for g in globs)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "frames": self.frames,
-            "bytes": self.bytes,
-            "undecodable": self.undecodable,
-            "kinds": dict(sorted(self.kinds.items())),
-            "first_ns": self.first_ns,
-            "last_ns": self.last_ns,
-            "span_s": round((self.last_ns - self.first_ns) / 1e9, 3),
-            "endpoints": sorted(self.endpoints),
-        }
+
+class _OutputError(Exception):
+    """Writing to stdout failed for another reason than a closed pipe (a full disk)."""
+
+
+def _emit(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(exc.strerror or str(exc)) from None
+
+
+def _json_line(rec: RecordedFrame, ev: Event | None, why: str) -> str:
+    try:
+        return json.dumps(frame_json(rec, ev, why), allow_nan=False)
+    except RecursionError:  # msgpack nests up to 1023 deep, beyond what Python recurses into
+        obj = frame_json(rec, None, "body nested too deep to show")
+        if ev is not None:
+            obj.update(source=ev.src, kind=ev.kind, seq=ev.seq, ts=ev.ts)
+            del obj["hex"]
+        return json.dumps(obj, allow_nan=False)
+
+
+def _text_line(rec: RecordedFrame, ev: Event | None, why: str, first_ns: int) -> str:
+    at = f"{(rec.log_time_ns - first_ns) / 1e9:+.3f}s"
+    if ev is None:
+        return safe(f"{at} {rec.topic} {UNDECODABLE} {len(rec.data)} bytes {rec.data[:16].hex()}: {why}")
+    return safe(f"{at} {ev.src} {ev.kind} seq={ev.seq} {frame_summary(ev)}")
+
+
+def _dump(reader: RecordingReader, ns: argparse.Namespace) -> None:
+    kinds = {k for group in ns.kind for k in group} if ns.kind else None
+    match = source_matcher(ns.source) if ns.source else None
+    first_ns: int | None = None
+    since_ns: int | None = None
+    for rec in reader:
+        if first_ns is None:
+            first_ns = rec.log_time_ns
+            since_ns = ns.since.threshold(first_ns) if ns.since else None
+        if since_ns is not None and rec.log_time_ns < since_ns:
+            continue
+        try:
+            ev: Event | None = decode(rec.data)
+            why = ""
+        except DecodeError as exc:
+            ev, why = None, str(exc)
+        if kinds is not None:
+            word = UNDECODABLE if ev is None else (ev.kind if ev.kind in KINDS else UNKNOWN)
+            if word not in kinds:
+                continue
+        if match is not None and not match(rec.topic if ev is None else ev.src):
+            continue
+        _emit((_json_line(rec, ev, why) if ns.json else _text_line(rec, ev, why, first_ns)) + "\n")
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(exc.strerror or str(exc)) from None
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null: the interpreter's last flush at exit would
+    otherwise print a BrokenPipeError of its own."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real descriptor behind stdout (a test's capture)
+        pass
 
 
 def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
-    from eagle3_top.tracer.recording.reader import NotARecording, RecordingReader
-    from eagle3_top.tracer.schema import DecodeError, decode
+    from eagle3_top.tracer.recording.writer import PROFILE
+
+    from .recording_input import READ_ERRORS, read_error
 
     reader = RecordingReader(ns.file)
-    sources: dict[str, _Source] = {}
     try:
-        for rec in reader:
-            s = sources.setdefault(rec.topic, _Source(first_ns=rec.log_time_ns))
-            s.frames += 1
-            s.bytes += len(rec.data)
-            s.first_ns = min(s.first_ns, rec.log_time_ns)
-            s.last_ns = max(s.last_ns, rec.log_time_ns)
-            if rec.endpoint:
-                s.endpoints.add(rec.endpoint)
-            try:
-                s.kinds[decode(rec.data).kind] += 1
-            except DecodeError:
-                s.undecodable += 1
-    except (OSError, NotARecording) as exc:
-        return fail(PROG, str(exc) if isinstance(exc, NotARecording) else f"{ns.file}: {exc.strerror or exc}")
+        _dump(reader, ns)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK
+    except _OutputError as exc:
+        return fail(PROG, f"writing the output: {exc}")
+    except READ_ERRORS as exc:
+        return fail(PROG, read_error(ns.file, exc))
     rep = reader.report
-    undecodable = sum(s.undecodable for s in sources.values())
-    if ns.json:
-        out = {
-            "file": ns.file,
-            "sources": {k: v.to_json() for k, v in sorted(sources.items())},
-            "undecodable": undecodable,
-            "lost": rep.describe(),
-            "report": rep.to_json(),
-        }
-        print(json.dumps(out, indent=1))
-    else:
-        print(f"{safe(ns.file)}: {rep.frames} frames in {rep.chunks} chunks, {rep.size} bytes")
-        for name, s in sorted(sources.items()):
-            counts = sorted(s.kinds.items()) + ([("undecodable", s.undecodable)] if s.undecodable else [])
-            kinds = ", ".join(f"{k} {n}" for k, n in counts)
-            print(
-                f"  {safe(name)}: {s.frames} frames ({kinds}), "
-                f"{(s.last_ns - s.first_ns) / 1e9:.1f} s, via {safe(', '.join(sorted(s.endpoints)) or '?')}"
-            )
-        print(f"  undecodable frames: {undecodable}")
-        for line in rep.describe():
-            print(f"  lost: {safe(line)}")
+    problems = rep.describe()
+    if rep.profile != PROFILE:
+        problems.insert(0, f"not an eagle3-top recording (profile '{rep.profile}'): its frames do not decode")
+    for line in problems:
+        print(f"{PROG}: {safe(ns.file)}: {safe(line)}", file=sys.stderr)
     return EXIT_OK if rep.complete else EXIT_PARTIAL

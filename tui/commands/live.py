@@ -23,6 +23,24 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
         help="tcp://HOST:PORT or ipc://PATH (HOST:PORT is read as tcp)",
     )
     p.add_argument("--manifest", metavar="M", help="training manifest to diagnose against")
+    p.add_argument(
+        "--replay",
+        metavar="FILE",
+        help="show a recording (eagle3-top record, or r in the monitor) instead of a live stream",
+    )
+    p.add_argument(
+        "--speed",
+        type=speed_arg,
+        default=1.0,
+        metavar="X",
+        help="replay speed, 0.25 to 100, or max (default 1); + and - change it while playing",
+    )
+    p.add_argument(
+        "--follow", action="store_true", help="replay a file that is still being written, and keep up"
+    )
+    p.add_argument(
+        "--record-dir", default=".", metavar="DIR", help="where r writes its recordings (default: here)"
+    )
     add_curve_arguments(p)
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
@@ -37,6 +55,10 @@ def main(argv: list[str], usage: str | None = None) -> int:
 
         print(__version__)
         return EXIT_OK
+    if ns.replay is not None:
+        return _replay(ns)
+    if ns.follow or ns.speed != 1.0:
+        return fail("eagle3-top", "--speed and --follow go with --replay FILE")
     for word in ns.endpoints:
         if not looks_like_endpoint(word):
             print(unknown_command(word), file=sys.stderr)
@@ -46,8 +68,7 @@ def main(argv: list[str], usage: str | None = None) -> int:
         print(f"eagle3-top: {msg} (skipped)", file=sys.stderr)
     if not endpoints:
         return fail("eagle3-top", "no valid endpoint")
-    if not (sys.stdout.isatty() and sys.stdin.isatty()):
-        # Drawing into a pipe or a CI log would hang the job and fill the log with escapes.
+    if not _terminal():
         return fail(
             "eagle3-top",
             "the live monitor needs a terminal (stdin and stdout); for a verdict without one, "
@@ -63,5 +84,48 @@ def main(argv: list[str], usage: str | None = None) -> int:
         return fail("eagle3-top", str(exc))
     from eagle3_top.tui.app import run_app
 
-    run_app(endpoints, manifest=manifest, curve=curve)
+    run_app(endpoints, manifest=manifest, curve=curve, record_dir=ns.record_dir)
+    return EXIT_OK
+
+
+def speed_arg(text: str) -> float | None:
+    from eagle3_top.tracer.replay import parse_speed
+
+    try:
+        return parse_speed(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _terminal() -> bool:
+    # Drawing into a pipe or a CI log would hang the job and fill the log with escapes.
+    return sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def _replay(ns: argparse.Namespace) -> int:
+    if ns.endpoints:
+        return fail("eagle3-top", "--replay shows a file; give no endpoint with it")
+    from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
+    from eagle3_top.tracer.replay import Timeline
+
+    try:
+        manifest = load_manifest(ns.manifest) if ns.manifest else None
+        timeline = Timeline(ns.replay, speed=ns.speed, follow=ns.follow)
+    except ManifestError as exc:
+        return fail("eagle3-top", str(exc))
+    except ValueError as exc:  # not a recording, or one of a newer format: the reader's one line
+        return fail("eagle3-top", str(exc))
+    except OSError as exc:
+        return fail("eagle3-top", f"{ns.replay}: {exc.strerror or exc}")
+    if not timeline.frames and not ns.follow:
+        return fail("eagle3-top", f"{ns.replay}: the recording holds no frames")
+    if not _terminal():
+        return fail(
+            "eagle3-top",
+            "the replay needs a terminal (stdin and stdout); for a verdict without one, "
+            "run `eagle3-top check --replay FILE`",
+        )
+    from eagle3_top.tui.replay_app import run_replay
+
+    run_replay(timeline, manifest=manifest)
     return EXIT_OK

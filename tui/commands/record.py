@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--compression",
         choices=("zstd", "lz4", "none"),
         default="zstd",
-        help="chunk compression (default zstd; lz4 writes faster for bigger files)",
+        help="chunk compression (default zstd, level 1; lz4: bigger files, about as fast)",
     )
     add_curve_arguments(p)
     return p
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     if os.path.exists(ns.output) and not ns.force:
         return fail(PROG, f"{ns.output} exists (--force overwrites it)")
     from eagle3_top.tracer.curve import KeyError_
-    from eagle3_top.tracer.recording import RecordingWriter
+    from eagle3_top.tracer.recording import RecordingWriter, SeqGaps
     from eagle3_top.tracer.subscriber import Subscriber
 
     try:
@@ -97,6 +97,9 @@ def main(argv: list[str]) -> int:
     rotate_bytes = int(ns.rotate_size * 1e6) if ns.rotate_size else None
     part, opened = 0, time.monotonic()
     frames = nbytes = 0
+    # from the envelopes the writer reads anyway: decoding every frame again (4 - 5 µs) would cost
+    # about a fifth of the one-core rate (benchmarks/bench_record_e2e.py)
+    gaps = SeqGaps()
     error: str | None = None
     print(f"{PROG}: recording {', '.join(endpoints)} to {ns.output}", file=sys.stderr)
     try:
@@ -106,7 +109,9 @@ def main(argv: list[str]) -> int:
                 # one receive time for the batch: they were all queued by the time poll returned
                 recv_ns = time.time_ns()
                 for frame in batch:
-                    writer.add(frame, ep, recv_ns)
+                    env = writer.add(frame, ep, recv_ns)
+                    if env is not None:
+                        gaps.see(ep, env)
             writer.tick()
             due = (rotate_bytes is not None and writer.file_bytes >= rotate_bytes) or (
                 ns.rotate_time is not None and time.monotonic() - opened >= ns.rotate_time
@@ -136,5 +141,10 @@ def main(argv: list[str]) -> int:
         )
         return EXIT_FINDINGS
     why = f"signal {signal.Signals(stop.signum).name}" if stop.signum is not None else "--duration"
-    print(f"{PROG}: stopped ({why}): {frames} frames, {nbytes} bytes{parts}", file=sys.stderr)
+    print(
+        f"{PROG}: stopped ({why}): {frames} frames, {nbytes} bytes, {gaps.missed} missed{parts}",
+        file=sys.stderr,
+    )
+    for (ep, src), loss in gaps.losses().items():
+        print(f"{PROG}:   {src} via {ep}: {loss.describe()}", file=sys.stderr)  # src: printable already
     return EXIT_OK

@@ -1,0 +1,156 @@
+"""``eagle3-top recording info``: what a recording holds, per source, the frames its sources
+numbered that never reached the recorder, and what of the file was lost.
+
+Reads a file cut short or damaged too (a recorder killed, a disk that filled). Exit 0 for a
+complete file, 3 when something was unreadable or the summary disagrees with the chunks, 2 for a
+file that is missing, not a recording, or of a newer stream version."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from eagle3_top.tracer.ledger import Loss, SourceCounters
+
+from .report import EXIT_OK, EXIT_PARTIAL, fail, parse, safe
+
+PROG = "eagle3-top recording info"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Summarise a recording made by eagle3-top record: sources, drops, losses."
+    )
+    p.add_argument("file", metavar="FILE", help="an .mcap file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+@dataclass
+class _Source:
+    """One channel topic: a source id, or ``undecodable``."""
+
+    first_ns: int
+    last_ns: int = 0
+    frames: int = 0
+    bytes: int = 0
+    undecodable: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    endpoints: set[str] = field(default_factory=set)
+    # seq gaps per endpoint: the same source through two endpoints repeats its seqs on each
+    seqs: dict[str, SourceCounters] = field(default_factory=dict)
+
+    def drops(self) -> dict[str, Loss]:
+        return {ep: c.loss() for ep, c in sorted(self.seqs.items())}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "frames": self.frames,
+            "bytes": self.bytes,
+            "undecodable": self.undecodable,
+            "kinds": dict(sorted(self.kinds.items())),
+            "first_ns": self.first_ns,
+            "last_ns": self.last_ns,
+            "span_s": round((self.last_ns - self.first_ns) / 1e9, 3),
+            "endpoints": sorted(self.endpoints),
+            "drops": {
+                ep: {**dataclasses.asdict(loss), "describe": loss.describe()}
+                for ep, loss in self.drops().items()
+            },
+        }
+
+
+def main(argv: list[str]) -> int:
+    ns = parse(build_parser(), argv)
+    if isinstance(ns, int):
+        return ns
+    from eagle3_top.tracer.recording import RecordingReader
+    from eagle3_top.tracer.recording.writer import PROFILE
+    from eagle3_top.tracer.schema import HEALTH, KINDS, DecodeError, decode
+
+    from .recording_input import READ_ERRORS, iso, read_error
+
+    reader = RecordingReader(ns.file)
+    sources: dict[str, _Source] = {}
+    try:
+        for rec in reader:
+            s = sources.get(rec.topic)
+            if s is None:
+                s = sources[rec.topic] = _Source(first_ns=rec.log_time_ns)
+            s.frames += 1
+            s.bytes += len(rec.data)
+            s.first_ns = min(s.first_ns, rec.log_time_ns)
+            s.last_ns = max(s.last_ns, rec.log_time_ns)
+            if rec.endpoint:
+                s.endpoints.add(rec.endpoint)
+            try:
+                ev = decode(rec.data)
+            except DecodeError:
+                s.undecodable += 1
+                continue
+            # a kind of a newer publisher is counted, not named: a file could invent one per frame
+            s.kinds[ev.kind if ev.kind in KINDS else "unknown"] += 1
+            counters = s.seqs.get(rec.endpoint)
+            if counters is None:
+                counters = s.seqs[rec.endpoint] = SourceCounters(ev.seq, ev.seq)
+            if ev.kind == HEALTH:
+                counters.see_health(ev.body)
+            counters.see(ev.seq)
+    except READ_ERRORS as exc:
+        return fail(PROG, read_error(ns.file, exc))
+    rep = reader.report
+    undecodable = sum(s.undecodable for s in sources.values())
+    kinds: Counter[str] = Counter()
+    for s in sources.values():
+        kinds.update(s.kinds)
+    if undecodable:
+        kinds["undecodable"] = undecodable
+    first = min((s.first_ns for s in sources.values()), default=0)
+    last = max((s.last_ns for s in sources.values()), default=0)
+    foreign = rep.profile != PROFILE
+    if ns.json:
+        out = {
+            "file": ns.file,
+            "profile": rep.profile,
+            "schemas": rep.schemas,
+            "stream_version": rep.stream_version,
+            "frames": rep.frames,
+            "span": {
+                "first_ns": first, "last_ns": last, "start": iso(first) if rep.frames else None,
+                "end": iso(last) if rep.frames else None, "span_s": round((last - first) / 1e9, 3),
+            },
+            "kinds": dict(sorted(kinds.items())),
+            "sources": {k: v.to_json() for k, v in sorted(sources.items())},
+            "undecodable": undecodable,
+            "lost": rep.describe(),
+            "report": rep.to_json(),
+        }  # fmt: skip
+        print(json.dumps(out, indent=1))
+    else:
+        schemas = ", ".join(rep.schemas) or "no schema"
+        print(
+            f"{safe(ns.file)}: {rep.frames} frames in {rep.chunks} chunks, {rep.size} bytes ({safe(schemas)})"
+        )
+        if foreign:
+            print(f"  not an eagle3-top recording (profile '{safe(rep.profile)}'): its frames do not decode")
+        if rep.frames:
+            print(f"  span: {iso(first)} to {iso(last)}, {(last - first) / 1e9:.1f} s")
+            print(f"  kinds: {', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}")
+        for name, s in sorted(sources.items()):
+            counts = sorted(s.kinds.items()) + ([("undecodable", s.undecodable)] if s.undecodable else [])
+            print(
+                f"  {safe(name)}: {s.frames} frames ({', '.join(f'{k} {n}' for k, n in counts)}), "
+                f"{(s.last_ns - s.first_ns) / 1e9:.1f} s, via {safe(', '.join(sorted(s.endpoints)) or '?')}"
+            )
+            drops = s.drops()
+            for ep, loss in drops.items():
+                via = f" via {safe(ep)}" if len(drops) > 1 else ""
+                print(f"    drops{via}: {loss.describe()}")
+        print(f"  undecodable frames: {undecodable}")
+        for line in rep.describe():
+            print(f"  integrity: {safe(line)}")
+    return EXIT_OK if rep.complete else EXIT_PARTIAL

@@ -1,0 +1,94 @@
+"""``eagle3-top --replay FILE``: the live monitor's screens, fed from a recording, with the keys of
+a player. Every panel is the live app's; only the feed and the keys differ."""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.replay import Timeline, parse_seek, speed_label
+from textual.binding import Binding, BindingType
+
+from .app import Eagle3TopApp
+from .replay_feed import ReplayFeed
+from .seek_prompt import SeekPrompt
+
+
+class ReplayApp(Eagle3TopApp):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(b for b in Eagle3TopApp.BINDINGS if isinstance(b, Binding) and b.action != "toggle_record"),
+        Binding("space", "toggle_pause", "play/pause", show=False),
+        Binding("period", "step_events(1)", "+1 event", key_display="."),
+        Binding("comma", "step_events(-1)", "-1 event", key_display=","),
+        Binding("right", "step_seconds(1)", "+1s", key_display="→", priority=True),
+        Binding("left", "step_seconds(-1)", "-1s", key_display="←", priority=True),
+        Binding("shift+right", "step_seconds(10)", "+10s", show=False, priority=True),
+        Binding("shift+left", "step_seconds(-10)", "-10s", show=False, priority=True),
+        Binding("plus,equals_sign", "speed(1)", "faster", key_display="+"),
+        Binding("minus", "speed(-1)", "slower", key_display="-"),
+        Binding("g", "seek_prompt", "go to"),
+        Binding("home", "seek_fraction(0)", "start", show=False),
+        Binding("end", "seek_fraction(1)", "end", show=False),
+        *(Binding(str(d), f"seek_fraction({d / 10})", f"{d * 10}%", show=False) for d in range(10)),
+    ]
+
+    def __init__(
+        self, timeline: Timeline, *, manifest: Manifest | None = None, refresh_hz: float = 4.0
+    ) -> None:
+        self.timeline = timeline
+        super().__init__(
+            [],
+            title=f"eagle3-top replay {os.path.basename(timeline.path)}",
+            manifest=manifest,
+            feed=ReplayFeed(timeline, manifest=manifest),
+            refresh_hz=refresh_hz,
+        )
+
+    def _moved(self) -> None:
+        """Show the new position now, not at the next tick."""
+        self._tick()
+
+    def action_toggle_pause(self) -> None:
+        playing = self.timeline.toggle()
+        self.notify("playing" if playing else "paused", timeout=1)
+        self._moved()
+
+    def action_step_events(self, n: int) -> None:
+        self.timeline.step_events(n)
+        self._moved()
+
+    def action_step_seconds(self, seconds: float) -> None:
+        self.timeline.step_seconds(seconds)
+        self._moved()
+
+    def action_seek_fraction(self, fraction: float) -> None:
+        self.timeline.seek_fraction(fraction)
+        self._moved()
+
+    def action_speed(self, steps: int) -> None:
+        speed = self.timeline.faster(steps)
+        self.notify(f"speed {speed_label(speed)}", timeout=1)
+        self._moved()
+
+    def action_seek_prompt(self) -> None:
+        self.push_screen(SeekPrompt(), self._seek_to)
+
+    def _seek_to(self, text: str | None) -> None:
+        if not text:
+            return
+        try:
+            how, value = parse_seek(text)
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if how == "fraction":
+            self.timeline.seek_fraction(value)
+        else:
+            self.timeline.seek_time(value)
+        self._moved()
+
+
+def run_replay(timeline: Timeline, *, manifest: Manifest | None = None) -> None:
+    """Replay until the user quits (q / ctrl+c)."""
+    ReplayApp(timeline, manifest=manifest).run()

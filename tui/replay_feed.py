@@ -1,0 +1,90 @@
+"""The feed of ``eagle3-top --replay``: the live feed's worker and book, fed from a recording.
+
+Frames are decoded by the same ledger and folded into the same evidence book as live, each batch at
+the receive time the recorder stamped on it, so the book, the findings and every figure derived
+from them come out as the live monitor had them at that moment of the session.
+"""
+
+from __future__ import annotations
+
+import time
+from itertools import groupby
+
+from eagle3_top.tracer.analysis.evidence import EvidenceBook
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.ledger import FrameLedger
+from eagle3_top.tracer.replay import Position, Timeline
+
+from .diagnosis import Diagnoser
+from .feed import Feed
+from .snapshot import STALE_AFTER_S
+
+# How often a followed file is checked for new chunks (the recorder closes one a second).
+FOLLOW_POLL_S = 0.25
+
+
+class ReplayFeed(Feed):
+    def __init__(
+        self,
+        timeline: Timeline,
+        *,
+        manifest: Manifest | None = None,
+        stale_after_s: float = STALE_AFTER_S,
+        poll_ms: int = 50,
+        max_batch: int = 2048,
+    ) -> None:
+        super().__init__(
+            [],
+            manifest=manifest,
+            stale_after_s=stale_after_s,
+            poll_ms=poll_ms,
+            max_batch=max_batch,
+            clock=timeline.now,
+        )
+        self.timeline = timeline
+        self._manifest = manifest
+        self._next_file_poll = 0.0
+        self._moved = False  # frames were folded in since the findings last ran
+
+    def position(self) -> Position:
+        return self.timeline.position()
+
+    def _open(self) -> FrameLedger:
+        return FrameLedger()
+
+    def _pump(self, ledger: FrameLedger) -> None:
+        tl = self.timeline
+        if tl.follow and time.monotonic() >= self._next_file_poll:
+            self._next_file_poll = time.monotonic() + FOLLOW_POLL_S
+            tl.poll_file()
+        batch = tl.take(self._max_batch)
+        if batch.rewind:  # a seek back: the aggregates cannot be un-added, so start over
+            with self._lock:
+                self.book = EvidenceBook(manifest=self._manifest)
+                self.diagnoser = Diagnoser(self._manifest)
+                self.diagnoses.clear()
+                ledger.reset_counters()
+        if not batch.frames:
+            self._stop.wait(self._poll_ms / 1000)
+            return
+        # One ingest per receive time: the recorder stamped one per batch its socket had queued.
+        groups = [
+            (t / 1e9, [ev for ev in map(ledger.decode_frame, (f.data for f in grp)) if ev is not None])
+            for t, grp in groupby(batch.frames, key=lambda f: f.log_time_ns)
+        ]
+        with self._lock:
+            for now, events in groups:
+                self.book.ingest(events, now, ledger.count_malformed)
+            self.batches += 1
+        self._moved = True
+
+    def _settled(self) -> bool:
+        # Paused, stepped, seeked or at the end, the clock stands still and would never make the
+        # findings due again: run them on the evidence as it now stands, once.
+        if not self._moved:
+            return False
+        pos = self.timeline.position()
+        if pos.playing and not pos.at_end:
+            return False
+        self._moved = False
+        return True
