@@ -9,7 +9,12 @@ SGLANG ?= 0.5.23
 SGLANG_OLDEST ?= 0.5.17
 SGLANG_TESTS := tests/test_sglang_*.py
 
-.PHONY: demo test test-sglang-versions lint bench clean
+# The monitor alone (a laptop that tails or replays): no torch.
+$(VENV)/.installed-core: $(BIN)/python pyproject.toml
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e .
+	touch $@
+
+.PHONY: demo replay test test-sglang-versions lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +51,10 @@ $(VENV)/.installed-triton: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(BIN)/eagle3-top demo
+
+# A recorded session of the demo's two engines (examples/make_demo_recording.py made it).
+replay: $(VENV)/.installed-core
+	$(BIN)/eagle3-top --replay examples/demo.mcap --manifest examples/demo-manifest.json
 
 test: $(VENV)/.installed-sglang $(VENV)/.installed-sglang-$(SGLANG_OLDEST) $(VENV)/.installed-triton
 	EAGLE3_TOP_TEST_TRITON=$(abspath $(VENV))/triton-interp $(BIN)/python -m pytest -q

@@ -16,6 +16,7 @@ from benchmarks import (
     bench_publisher,
     bench_record,
     bench_record_e2e,
+    bench_replay,
     bench_tracer_overhead,
     bench_tui_ingest,
 )
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     bench_manifest.main(["--files", "1000" if ns.quick else "10000"])
     bench_record.main(["--events", "30000", "--rounds", "1", "--no-hour"] if ns.quick else [])
     bench_record_e2e.main(["--seconds", "2", "--rounds", "1"] if ns.quick else [])
+    bench_replay.main(["--seconds", "120", "--rounds", "1"] if ns.quick else [])
     bench_hostile_flood.main(["--frames", "40000" if ns.quick else "240000"])
 
 

@@ -14,48 +14,21 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import zmq
 from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.recording import SCHEMA_NAME, UNDECODABLE, RecordingWriter, read_recording
 from eagle3_top.tracer.schema import (
     STEP,
-    AuxWiring,
-    Hello,
-    ModelInfo,
     SourceId,
-    SpecConfig,
     decode,
     encode,
-    step_body,
 )
 from mcap.reader import make_reader
+from stream_samples import hello, step
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 GARBAGE = b"\xc1 not msgpack"
-
-
-def hello() -> Hello:
-    spec = SpecConfig("EAGLE3", 3, 1, 4)
-    return Hello(
-        engine="test", engine_version="1",
-        model=ModelInfo(target_path="/t", draft_path="/d", num_layers=8, hidden_size=64),
-        requested=spec, effective=spec, claims=None,
-        aux=AuxWiring(declared_ids=[-1, 3, 4], ids_location="eagle_config", ids_read=[-1, 3, 4],
-                      capture_native=[0, 4, 5], capture_canonical=[-1, 3, 4], family="llama", slots=3,
-                      width=192, expected_width=192),
-    )  # fmt: skip
-
-
-def step(i: int, batch: int = 4) -> dict[str, object]:
-    rng = np.random.default_rng(i)
-    acc = rng.integers(0, 3, batch).astype(np.int32)
-    return step_body(
-        step=i, rids=[f"req{r}" for r in range(batch)],
-        draft=rng.integers(1, 30_000, (batch, 4)).astype(np.int32), accept_lens=acc + 1,
-        tokens=rng.integers(1, 30_000, int(acc.sum()) + batch).astype(np.int32),
-    )  # fmt: skip
 
 
 class Stream:
@@ -222,12 +195,21 @@ def test_damaged_chunk_is_skipped_and_reported(tmp_path: Path) -> None:
     assert seqs == list(range(40)) + list(range(60, 100))  # the chunks after the bad one still read
     assert len(rec.report.bad_chunks) == 1 and rec.report.bad_chunks[0][0] == off
     assert rec.report.summary and not rec.report.complete
+    # what was lost, in frames and in receive time (the chunk's header survives its data)
+    lines = rec.report.describe()
+    assert "it held the frames received 2001-09-09 01:46:40.000 to 01:46:40.000 UTC" in lines[0]
+    assert "20 frames lost (the summary counts 100)" in lines
 
     out = info(path, "--json")
     assert out.returncode == 3
     got = json.loads(out.stdout)
     assert got["sources"]["h:1:r0"]["frames"] == 80
     assert got["lost"][0].startswith(f"bad chunk at byte {off} skipped")
+    assert got["report"]["lost_frames"] == 20
+    # the seq gap across the lost chunk is the file's loss, not the network's
+    drops = got["sources"]["h:1:r0"]["drops"]["tcp://127.0.0.1:1"]
+    assert drops["in_file"] == 20 and drops["slow_consumer"] == 0
+    assert drops["describe"] == "20 lost with a damaged part of the file"
 
 
 def test_file_cut_inside_a_chunk(tmp_path: Path) -> None:
@@ -264,6 +246,38 @@ def test_record_refuses_to_overwrite(tmp_path: Path) -> None:
     open(path, "wb").close()
     out = subprocess.run([*CLI, "record", "127.0.0.1:1", "-o", path], capture_output=True, text=True)
     assert out.returncode == 2 and "--force" in out.stderr and os.path.getsize(path) == 0
+
+
+def test_a_second_recorder_on_the_same_file_leaves_the_first_whole(stream: Stream, tmp_path: Path) -> None:
+    path = os.path.join(str(tmp_path), "shared.mcap")
+    first = subprocess.Popen(
+        [*CLI, "record", *stream.endpoints, "-o", path], stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 20
+    while not os.path.exists(path) or os.path.getsize(path) < 1000:  # the first chunks are out
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.05)
+    # even --force, which would truncate an idle file, must not touch one a recorder holds
+    second = subprocess.run(
+        [*CLI, "record", *stream.endpoints, "-o", path, "--force", "--duration", "1"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert second.returncode == 2 and "another recorder is writing it" in second.stderr, second.stderr
+    time.sleep(0.5)
+    first.send_signal(signal.SIGTERM)
+    first.wait(timeout=10)
+    assert first.returncode == 0
+    reader = read_recording(path)
+    assert sum(1 for _ in reader) > 20 and reader.report.complete  # not a byte of the second in it
+
+
+def test_record_into_a_directory_it_cannot_write(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("x")
+    for target in (str(not_a_dir / "run.mcap"), "/proc/run.mcap"):
+        out = subprocess.run([*CLI, "record", "127.0.0.1:1", "-o", target], capture_output=True, text=True)
+        assert out.returncode == 2 and f"cannot write {target}" in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
 def test_frames_outlive_a_lost_channel_definition(tmp_path: Path) -> None:

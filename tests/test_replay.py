@@ -17,7 +17,7 @@ from eagle3_top.tracer.ledger import FrameLedger
 from eagle3_top.tracer.recording import read_recording
 from eagle3_top.tracer.replay import Timeline, parse_seek, parse_speed
 from eagle3_top.tui.replay_app import ReplayApp
-from eagle3_top.tui.replay_feed import ReplayFeed
+from eagle3_top.tui.replay_feed import CHECKPOINT_EVERY, ReplayFeed
 from stream_samples import T0_NS, write_session
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
@@ -101,6 +101,10 @@ def test_the_end_holds_still(session: tuple[str, int]) -> None:
     times = drain(tl)
     assert len(times) == session[1]
     assert tl.now() == times[-1] / 1e9 and tl.position().at_end
+    assert not tl.toggle()  # pause at the end
+    assert tl.toggle()  # play again: from the beginning, the book rebuilt
+    again = tl.take(10_000)
+    assert again.rewind and again.frames[0].log_time_ns == T0_NS and not tl.position().at_end
 
 
 def test_steps_and_seeks(session: tuple[str, int]) -> None:
@@ -164,27 +168,51 @@ def test_replayed_book_is_the_recorded_book(session: tuple[str, int], speed: flo
         feed.stop()
 
 
-def test_a_seek_back_rebuilds_the_book_as_it_stood_then(session: tuple[str, int]) -> None:
+@pytest.mark.parametrize("every", [CHECKPOINT_EVERY, 16, 2])
+def test_a_seek_back_rebuilds_the_book_as_it_stood_then(session: tuple[str, int], every: int) -> None:
+    """From the first frame (no checkpoint yet), from a checkpoint, and with checkpoints thinned
+    out (every 2 frames makes more than the feed keeps): the same book as folding from the start."""
     path, _ = session
     tl = Timeline(path, speed=None)
-    feed = ReplayFeed(tl).start()
+    feed = ReplayFeed(tl, checkpoint_every=every, max_batch=8).start()
     try:
         wait_at_end(feed)
         full = figures(feed.book)
-        tl.seek_time(6.0)  # acceptance fell at 10 s: at 6 s it was still high
-        deadline = time.monotonic() + 10
-        while feed.position().delivered == 0 or figures(feed.book) == full:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        time.sleep(0.1)
-        assert figures(feed.book) == figures(book_of(path, T0_NS + 6 * 10**9))
+        for at in (6.0, 2.5, 15.0, 6.0):  # acceptance fell at 10 s: at 6 s it was still high
+            tl.seek_time(at)
+            deadline = time.monotonic() + 10
+            while not (tl.position().delivered and tl._target is None and not feed._moved):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(0.1)
+            assert figures(feed.book) == figures(book_of(path, T0_NS + int(at * 1e9))), (every, at)
         (early,) = figures(feed.book).values()
         (late,) = full.values()
-        assert (
-            early[1] > late[1]
-        )  # the accept length before the fall is higher: the screen shows then, not now
+        assert early[1] > late[1]  # the accept length before the fall is higher: the screen shows then
+        if every == 2:
+            assert len(feed._saved) <= 64 < 220 // 2  # thinned, bounded
     finally:
         feed.stop()
+
+
+def test_a_seek_to_a_checkpoint_let_go_meanwhile_goes_back_further(session: tuple[str, int]) -> None:
+    """The feed thins its checkpoints while a seek that chose one of them is pending: the frames
+    are handed out again from an earlier one, and the book is still right."""
+    from eagle3_top.tracer.ledger import FrameLedger as Ledger
+
+    path, _ = session
+    tl = Timeline(path, speed=None)
+    feed = ReplayFeed(tl, checkpoint_every=16, poll_ms=0, max_batch=8)
+    feed._sub = Ledger()
+    while not tl.position().at_end:
+        feed._pump(feed._sub)
+    tl.seek_time(12.0)
+    chosen = tl._pos
+    assert chosen in feed._saved
+    del feed._saved[chosen]  # as thinning would, after the seek chose it
+    for _ in range(50):
+        feed._pump(feed._sub)
+    assert figures(feed.book) == figures(book_of(path, T0_NS + 12 * 10**9))
 
 
 # -- the screen -------------------------------------------------------------------------------------
@@ -381,9 +409,113 @@ async def test_r_records_what_the_monitor_receives(publisher, tmp_path: Path) ->
         await wait_until(pilot, lambda: app.feed.recording.frames >= 50, what="50 frames recorded")
         await pilot.press("r")
         await wait_until(pilot, lambda: app.feed.recording.last_closed, what="the file closed")
-        assert "● REC" not in screen_text(app).splitlines()[0]
-    (path,) = tmp_path.glob("eagle3-top-*.mcap")
+        await wait_until(
+            pilot,
+            lambda: "● REC" not in screen_text(app).splitlines()[0],
+            what="REC gone from the status bar",
+        )
+        # r again into a directory that cannot take a file: one line in the status bar, and on
+        (path,) = tmp_path.glob("eagle3-top-*.mcap")
+        app.record_dir = str(path)  # a file, not a directory
+        await pilot.press("r")
+        await wait_until(
+            pilot, lambda: "cannot record to" in screen_text(app).splitlines()[0], what="the error"
+        )
+        publisher.publish(STEP, step(50))
+        await wait_until(pilot, lambda: app.feed.snapshot().sources[0].steps == 51, what="still receiving")
     reader = read_recording(str(path))
     steps = [decode(f.data).body["step"] for f in reader if decode(f.data).kind == STEP]
     assert steps == list(range(50))  # every step, once, in order
     assert reader.report.complete  # closed whole: the summary is there
+
+
+# -- follow, and the shipped sample ---------------------------------------------------------------
+
+
+def test_follow_keeps_up_with_a_file_being_written(tmp_path: Path) -> None:
+    """A recorder writing while the replay follows: every frame it closes into a chunk reaches the
+    replay's book, in order, and the replay waits at the end instead of stopping."""
+    import threading
+
+    from eagle3_top.tracer.recording import RecordingWriter
+    from eagle3_top.tracer.schema import HELLO, STEP, encode
+    from stream_samples import hello, step
+
+    path = str(tmp_path / "growing.mcap")
+    writer = RecordingWriter(path, flush_interval_s=0.0)
+    writer.add(encode(HELLO, "box:1:r0", 0, T0_NS / 1e9, hello().to_body()), "tcp://box:1", T0_NS)
+    writer.tick()
+    feed = ReplayFeed(Timeline(path, speed=None, follow=True)).start()
+    done = threading.Event()
+
+    def write() -> None:
+        for i in range(1, 301):
+            t = T0_NS + i * 10**7
+            writer.add(encode(STEP, "box:1:r0", i, t / 1e9, step(i)), "tcp://box:1", t)
+            if i % 20 == 0:
+                writer.tick()
+                time.sleep(0.05)
+        writer.close()
+        done.set()
+
+    try:
+        threading.Thread(target=write, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not (snap := feed.snapshot()).sources or snap.sources[0].steps < 300:
+            assert time.monotonic() < deadline, feed.position()
+            time.sleep(0.05)
+        assert done.wait(10)
+        pos = feed.position()
+        assert pos.follow and pos.total == pos.delivered == 301
+        assert figures(feed.book) == figures(book_of(path))
+    finally:
+        feed.stop()
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_the_shipped_sample_shows_the_motivating_bug() -> None:
+    """`make replay`'s recording: two built-in engines, one mis-wired. `check --replay` fails it on
+    that source only, and the replay's findings are the same."""
+    import json
+
+    sample, manifest = str(EXAMPLES / "demo.mcap"), str(EXAMPLES / "demo-manifest.json")
+    r = run("check", "--replay", sample, "--manifest", manifest, "--json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    bad = {f["source"] for f in out["findings"] if f["severity"] == "error"}
+    assert len(out["sources"]) == 2 and len(bad) == 1
+    assert "LAYER_IDS_NOT_READ" in {f["code"] for f in out["findings"]}
+    from eagle3_top.tracer.analysis.manifest import load_manifest
+
+    feed = ReplayFeed(Timeline(sample, speed=None), manifest=load_manifest(manifest)).start()
+    try:
+        wait_at_end(feed, timeout=30)
+        flagged = {s.key: {f.code for f in s.findings} for s in feed.snapshot().sources}
+        assert "LAYER_IDS_NOT_READ" in flagged[next(iter(bad))]
+        (good,) = set(flagged) - bad
+        assert not {"LAYER_IDS_NOT_READ", "LAYER_MAP_MISMATCH"} & flagged[good]
+    finally:
+        feed.stop()
+
+
+async def test_a_damaged_recording_replays_what_was_read_and_says_what_was_lost(
+    session: tuple[str, int], tmp_path: Path
+) -> None:
+    path, n = session
+    data = bytearray(Path(path).read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 16] = bytes(b ^ 0xFF for b in data[mid : mid + 16])
+    bad = tmp_path / "flipped.mcap"
+    bad.write_bytes(bytes(data))
+    tl = Timeline(str(bad), speed=None)
+    lost = tl.damage()
+    assert lost and lost[0].startswith("bad chunk at byte") and "it held the frames received" in lost[0]
+    assert 0 < len(tl.frames) < n  # every other chunk still replays
+    app = ReplayApp(tl, refresh_hz=20)
+    async with app.run_test(size=(160, 34)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+        status = screen_text(app).splitlines()[0]
+        assert f"⚠ {len(lost)} problem" in status
+        assert any("part of the file was not read" in str(note.title) for note in app._notifications)

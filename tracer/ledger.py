@@ -32,10 +32,13 @@ class Loss:
     late_join: int = 0
     restarts: int = 0
     resyncs: int = 0
+    in_file: int = 0  # a recording's: received, then lost with a damaged part of the file
 
     def describe(self) -> str:
         """One line, only the kinds that occurred."""
         parts = []
+        if self.in_file:
+            parts.append(f"{self.in_file} lost with a damaged part of the file")
         if self.slow_consumer:
             parts.append(f"{self.slow_consumer} lost in transit (a slow reader or the link)")
         if self.publisher_dropped:

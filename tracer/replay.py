@@ -2,8 +2,9 @@
 
 A consumer (the monitor's feed, ``check --replay``) calls ``take()`` for the frames now due and
 folds them in at their own receive times, so what it builds is what the live monitor built. The
-aggregates it folds into cannot be un-added: a seek back answers ``rewind=True`` with every frame
-from the start up to the target, and the consumer starts over from an empty state.
+aggregates it folds into cannot be un-added: a seek back answers ``rewind=True`` with the frames
+from the consumer's nearest checkpoint (``add_checkpoint``: a copy of its state it keeps, the
+first frame by default) up to the target; the consumer restores that state and folds them in.
 
 Threads: the controls (``toggle``, ``seek_*``, ``step_*``, ``set_speed``) come from the UI thread,
 ``take()`` from the consumer's worker; one lock covers the position and the clock.
@@ -45,7 +46,8 @@ def parse_speed(text: str) -> float | None:
 @dataclass(frozen=True)
 class Batch:
     frames: list[RecordedFrame]
-    rewind: bool = False  # start over from an empty state before folding these in
+    rewind: bool = False  # jumped: restore the state after frame ``start`` - 1, then fold these in
+    start: int = 0  # the index of the first of ``frames`` in the recording
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Position:
     speed: float | None
     at_end: bool  # every frame read so far has been handed out
     follow: bool
+    damaged: int = 0  # problems the reader found in the file (``Timeline.damage()`` says which)
 
     @property
     def elapsed_s(self) -> float:
@@ -96,6 +99,7 @@ class Timeline:
         self._lock = threading.Lock()
         self.frames: list[RecordedFrame] = []
         self._times: list[int] = []  # log times made non-decreasing, for bisect
+        self._damage: list[str] = []
         self._read()  # a file that is no recording fails here, before any screen is drawn
         self._pos = 0
         self._now_ns = self._times[0] if self._times else 0
@@ -104,6 +108,9 @@ class Timeline:
         self.speed = speed
         self._target: int | None = None  # a pending seek: deliver up to this frame index
         self._rewind = False
+        # Positions at which the consumer keeps its state: a seek resumes from the nearest one at
+        # or before its target instead of folding everything from the first frame again.
+        self._checkpoints: list[int] = [0]
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -115,6 +122,7 @@ class Timeline:
             floor = max(floor, fr.log_time_ns)
             self._times.append(floor)
         self.frames.extend(fresh)
+        self._damage = self.reader.report.describe(unfinished=not self.follow)
         return len(fresh)
 
     def poll_file(self) -> int:
@@ -126,6 +134,12 @@ class Timeline:
             if n and len(self.frames) == n:
                 self._now_ns = self._times[0]
             return n
+
+    def damage(self) -> list[str]:
+        """What the reader could not read in the file, one line each (a followed file's tail that
+        is still being written is not damage)."""
+        with self._lock:
+            return list(self._damage)
 
     # -- the consumer's side -----------------------------------------------------------------
 
@@ -140,7 +154,7 @@ class Timeline:
                 if end >= self._target:
                     self._target = None
             elif not self._playing or self._pos >= len(self.frames) and not self.follow:
-                return Batch([], rewind)
+                return Batch([], rewind, self._pos)
             elif self.speed is None:
                 end = min(len(self.frames), self._pos + max_frames)
             else:
@@ -148,11 +162,12 @@ class Timeline:
                 end = min(bisect.bisect_right(self._times, self._now_ns), self._pos + max_frames)
                 if end == len(self.frames) and not self.follow:
                     self._now_ns = min(self._now_ns, self._times[-1])  # the end holds still
-            out = self.frames[self._pos : end]
-            if end > self._pos and (self.speed is None or self._target is not None or not self._playing):
+            start = self._pos
+            out = self.frames[start:end]
+            if end > start and (self.speed is None or self._target is not None or not self._playing):
                 self._now_ns = max(self._now_ns, self._times[end - 1])
-            self._pos = max(self._pos, end)
-            return Batch(out, rewind)
+            self._pos = max(start, end)
+            return Batch(out, rewind, start)
 
     def now(self) -> float:
         """The virtual clock, in seconds since the Unix epoch (the recording's receive times)."""
@@ -171,13 +186,17 @@ class Timeline:
                 speed=self.speed,
                 at_end=self._pos >= len(self.frames) and self._target is None,
                 follow=self.follow,
+                damaged=len(self._damage),
             )
 
     # -- controls (the UI thread) ------------------------------------------------------------
 
     def toggle(self) -> bool:
-        """Pause or play; True when playing now."""
+        """Pause or play; True when playing now. Play at the end of a finished recording starts it
+        again from the beginning, as a media player does."""
         with self._lock:
+            if not self._playing and self.frames and not self.follow and self._pos >= len(self.frames):
+                self._go(0)
             self._playing = not self._playing
             self._last_wall = self._wall()
             return self._playing
@@ -192,12 +211,33 @@ class Timeline:
         self.set_speed(SPEEDS[max(0, min(len(SPEEDS) - 1, i + steps))])
         return self.speed
 
+    def add_checkpoint(self, position: int) -> None:
+        """The consumer holds its state as it stood after the first ``position`` frames."""
+        with self._lock:
+            if position > self._checkpoints[-1]:
+                self._checkpoints.append(position)
+
+    def drop_checkpoints(self, keep: list[int]) -> None:
+        """The consumer let go of every checkpoint but ``keep`` (0 always stays)."""
+        with self._lock:
+            self._checkpoints = sorted({0, *keep})
+
+    def restart_from(self, position: int, upto: int) -> None:
+        """The consumer could not resume where the last batch began (it let go of that checkpoint
+        meanwhile): hand out the frames from ``position`` again, through ``upto`` at least."""
+        with self._lock:
+            self._pos, self._rewind = position, True
+            if upto > position:
+                self._target = max(self._target or 0, upto)
+
     def _go(self, index: int, now_ns: int | None = None) -> None:
-        """Move to just after frame ``index - 1`` (the caller holds the lock); pauses."""
+        """Move to just after frame ``index - 1`` (the caller holds the lock); pauses. Back, or far
+        ahead, the consumer resumes from its nearest checkpoint at or before ``index``."""
         index = max(0, min(len(self.frames), index))
         self._playing = False
-        if index < self._pos:
-            self._rewind, self._pos = True, 0
+        nearest = self._checkpoints[bisect.bisect_right(self._checkpoints, index) - 1]
+        if index < self._pos or nearest > self._pos:
+            self._rewind, self._pos = True, nearest
         self._target = index if index > self._pos else None
         if now_ns is not None:
             self._now_ns = now_ns

@@ -62,7 +62,7 @@ class FeedRecording:
         if want is not None:
             self._close()
             try:
-                self._writer = RecordingWriter(want)
+                self._writer = RecordingWriter(want, exclusive=True)
             except OSError as exc:
                 self.error = f"cannot record to {want}: {exc.strerror or exc}"
                 return

@@ -4,10 +4,12 @@ a player. Every panel is the live app's; only the feed and the keys differ."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import ClassVar
 
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.replay import Timeline, parse_seek, speed_label
+from eagle3_top.tracer.schema.text import printable
 from textual.binding import Binding, BindingType
 
 from .app import Eagle3TopApp
@@ -18,6 +20,8 @@ from .seek_prompt import SeekPrompt
 class ReplayApp(Eagle3TopApp):
     BINDINGS: ClassVar[list[BindingType]] = [
         *(b for b in Eagle3TopApp.BINDINGS if isinstance(b, Binding) and b.action != "toggle_record"),
+        # Textual merges a base class's bindings in: `r` is taken over here, and kept off the footer
+        Binding("r", "toggle_record", "record", show=False),
         Binding("space", "toggle_pause", "play/pause", show=False),
         Binding("period", "step_events(1)", "+1 event", key_display="."),
         Binding("comma", "step_events(-1)", "-1 event", key_display=","),
@@ -45,9 +49,24 @@ class ReplayApp(Eagle3TopApp):
             refresh_hz=refresh_hz,
         )
 
+    def on_mount(self) -> None:
+        super().on_mount()
+        lines = self.timeline.damage()
+        if lines:
+            more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
+            self.notify(
+                "\n".join(lines[:3]) + more,
+                title="part of the file was not read",
+                severity="warning",
+                timeout=20,
+            )
+
     def _moved(self) -> None:
         """Show the new position now, not at the next tick."""
         self._tick()
+
+    def action_toggle_record(self) -> None:
+        self.notify("a replay records nothing new: the file is already the recording")
 
     def action_toggle_pause(self) -> None:
         playing = self.timeline.toggle()
@@ -90,5 +109,7 @@ class ReplayApp(Eagle3TopApp):
 
 
 def run_replay(timeline: Timeline, *, manifest: Manifest | None = None) -> None:
-    """Replay until the user quits (q / ctrl+c)."""
+    """Replay until the user quits (q / ctrl+c); then what the file lost, on stderr, where it stays."""
     ReplayApp(timeline, manifest=manifest).run()
+    for line in timeline.damage():
+        print(f"eagle3-top: {timeline.path}: {printable(line, 300)}", file=sys.stderr)

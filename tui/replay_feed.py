@@ -7,6 +7,7 @@ from them come out as the live monitor had them at that moment of the session.
 
 from __future__ import annotations
 
+import copy
 import time
 from itertools import groupby
 
@@ -21,6 +22,13 @@ from .snapshot import STALE_AFTER_S
 
 # How often a followed file is checked for new chunks (the recorder closes one a second).
 FOLLOW_POLL_S = 0.25
+# A copy of the book every so many frames: a seek back folds at most this many again (~0.1 s of a
+# busy server's frames on one core) instead of everything since the first frame. A copy costs
+# well under a millisecond per source.
+CHECKPOINT_EVERY = 2048
+# Past this many, every other checkpoint goes and the spacing doubles: memory stays bounded on a
+# recording of days and many sources.
+MAX_CHECKPOINTS = 64
 
 
 class ReplayFeed(Feed):
@@ -32,6 +40,7 @@ class ReplayFeed(Feed):
         stale_after_s: float = STALE_AFTER_S,
         poll_ms: int = 50,
         max_batch: int = 2048,
+        checkpoint_every: int = CHECKPOINT_EVERY,
     ) -> None:
         super().__init__(
             [],
@@ -45,6 +54,8 @@ class ReplayFeed(Feed):
         self._manifest = manifest
         self._next_file_poll = 0.0
         self._moved = False  # frames were folded in since the findings last ran
+        self._every = checkpoint_every
+        self._saved: dict[int, tuple[EvidenceBook, FrameLedger]] = {}  # position -> state after it
 
     def position(self) -> Position:
         return self.timeline.position()
@@ -58,12 +69,15 @@ class ReplayFeed(Feed):
             self._next_file_poll = time.monotonic() + FOLLOW_POLL_S
             tl.poll_file()
         batch = tl.take(self._max_batch)
-        if batch.rewind:  # a seek back: the aggregates cannot be un-added, so start over
-            with self._lock:
-                self.book = EvidenceBook(manifest=self._manifest)
-                self.diagnoser = Diagnoser(self._manifest)
-                self.diagnoses.clear()
-                ledger.reset_counters()
+        if batch.rewind:  # a jump: the aggregates cannot be un-added, so resume from a copy
+            if batch.start and batch.start not in self._saved:  # thinned out since the seek
+                tl.restart_from(
+                    max((p for p in self._saved if p < batch.start), default=0),
+                    batch.start + len(batch.frames),
+                )
+                return
+            self._restore(batch.start)
+        ledger = self._sub or ledger  # the restored one
         if not batch.frames:
             self._stop.wait(self._poll_ms / 1000)
             return
@@ -77,6 +91,36 @@ class ReplayFeed(Feed):
                 self.book.ingest(events, now, ledger.count_malformed)
             self.batches += 1
         self._moved = True
+        self._checkpoint(batch.start + len(batch.frames), ledger)
+
+    def _checkpoint(self, position: int, ledger: FrameLedger) -> None:
+        last = max(self._saved, default=0)
+        if position - last < self._every:
+            return
+        # Only this thread writes the book and the ledger: copying them needs no lock. The
+        # manifest is shared, never copied.
+        memo = {} if self._manifest is None else {id(self._manifest): self._manifest}
+        self._saved[position] = copy.deepcopy((self.book, ledger), memo)
+        if len(self._saved) > MAX_CHECKPOINTS:
+            self._saved = {p: st for i, (p, st) in enumerate(sorted(self._saved.items())) if i % 2}
+            self._every *= 2
+            # a seek made before this sees a position no longer held: _pump sends it back further
+            self.timeline.drop_checkpoints(list(self._saved))
+        self.timeline.add_checkpoint(position)
+
+    def _restore(self, position: int) -> None:
+        """The state as it stood after the first ``position`` frames: a copy of the checkpoint
+        (it may be resumed from again), or empty at 0."""
+        saved = self._saved.get(position)
+        if saved is None:
+            book, ledger = EvidenceBook(manifest=self._manifest), FrameLedger()
+        else:
+            memo = {} if self._manifest is None else {id(self._manifest): self._manifest}
+            book, ledger = copy.deepcopy(saved, memo)
+        with self._lock:
+            self.book, self._sub = book, ledger
+            self.diagnoser = Diagnoser(self._manifest)
+            self.diagnoses.clear()
 
     def _settled(self) -> bool:
         # Paused, stepped, seeked or at the end, the clock stands still and would never make the

@@ -38,6 +38,8 @@ def render_scrubber(pos: Position, t: Text) -> None:
     t.append(f" event {pos.delivered}/{pos.total}", style="dim")
     if pos.follow:
         t.append(" following", style="green")
+    if pos.damaged:
+        t.append(f" ⚠ {pos.damaged} problem{'s' if pos.damaged > 1 else ''} in the file", style="bold yellow")
 
 
 def render_status(

@@ -11,7 +11,7 @@ from .reader import (
     UnsupportedRecording,
     read_recording,
 )
-from .writer import FLUSH_INTERVAL_S, SCHEMA_NAME, UNDECODABLE, RecordingWriter
+from .writer import FLUSH_INTERVAL_S, SCHEMA_NAME, UNDECODABLE, RecordingBusy, RecordingWriter
 
 __all__ = [
     "FLUSH_INTERVAL_S",
@@ -21,6 +21,7 @@ __all__ = [
     "RecordedFrame",
     "RecordingReader",
     "RecordingReport",
+    "RecordingBusy",
     "RecordingWriter",
     "SeqGaps",
     "UnsupportedRecording",

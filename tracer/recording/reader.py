@@ -16,14 +16,14 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from io import BytesIO
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from eagle3_top.tracer.schema import SCHEMA_VERSION
 from mcap.data_stream import ReadDataStream
 from mcap.opcode import Opcode
 from mcap.records import Channel, Chunk, ChunkIndex, Header, Message, Schema, Statistics
-from mcap.stream_reader import breakup_chunk
 
+from .chunk_data import chunk_records, decompressed
 from .resync import CHUNK_FIXED, MAGIC, find_chunk, find_data_end
 from .writer import PROFILE
 
@@ -42,8 +42,7 @@ class UnsupportedRecording(ValueError):
     """An eagle3-top recording of a stream version newer than this reader knows."""
 
 
-@dataclass(frozen=True)
-class RecordedFrame:
+class RecordedFrame(NamedTuple):  # a tuple: made once per frame, a frozen dataclass costs 4x
     log_time_ns: int  # when the recorder received it
     publish_time_ns: int  # the frame's own ts (the receive time when it had none)
     topic: str  # the source id, or "undecodable"
@@ -67,6 +66,7 @@ class RecordingReport:
     pending_tail: int = 0  # bytes at the end not whole yet: the writer may still be at work
     final: bool = False  # nothing more will be read: the summary was reached, or the caller finished
     orphan_frames: int = 0  # frames whose channel record was lost with a bad chunk
+    lost_frames: int | None = None  # frames the summary counts that could not be read (None: no count)
     index_mismatch: list[str] = field(default_factory=list)  # where the summary disagrees with the chunks
     profile: str = ""  # the header's profile: "eagle3-top" for ours
     library: str = ""
@@ -84,7 +84,9 @@ class RecordingReport:
             and not self.index_mismatch
         )
 
-    def describe(self) -> list[str]:
+    def describe(self, unfinished: bool = True) -> list[str]:
+        """One line per problem. ``unfinished=False`` leaves out what a file still being written
+        shows by nature (a tail not whole yet, no summary yet): a reader following it."""
         lines = []
         for offset, why in self.bad_chunks:
             lines.append(f"bad chunk at byte {offset} skipped: {why}")
@@ -97,10 +99,14 @@ class RecordingReport:
         elif self.unreadable_tail:
             where = f"inside a {self.tail_inside} record" if self.tail_inside else "mid-record"
             lines.append(f"file ends {where}: {self.unreadable_tail} bytes unreadable")
-        if self.pending_tail:
+        if self.pending_tail and unfinished:
             lines.append(f"last {self.pending_tail} bytes not whole yet (still being written?)")
-        if not self.summary and self.tail_inside != "summary":
+        if not self.summary and self.tail_inside != "summary" and unfinished:
             lines.append("no summary section (recorder killed, or the file is still being written)")
+        if self.lost_frames:
+            lines.append(
+                f"{self.lost_frames} frames lost (the summary counts {self.frames + self.lost_frames})"
+            )
         if self.orphan_frames:
             lines.append(f"{self.orphan_frames} frames whose channel was defined in a lost chunk")
         lines.extend(self.index_mismatch)
@@ -120,6 +126,7 @@ class RecordingReport:
             "pending_tail": self.pending_tail,
             "final": self.final,
             "orphan_frames": self.orphan_frames,
+            "lost_frames": self.lost_frames,
             "index_mismatch": list(self.index_mismatch),
             "profile": self.profile,
             "library": self.library,
@@ -131,6 +138,21 @@ class RecordingReport:
 
 def _opname(op: int) -> str:
     return Opcode(op).name.lower().replace("_", " ")
+
+
+def _span(start_ns: int, end_ns: int) -> str:
+    """The receive times a lost chunk held, from its header (intact when only its data is not)."""
+    import datetime as dt
+
+    if not 0 < start_ns <= end_ns < 2**63 or end_ns - start_ns > 10**9 * 86_400 * 366:
+        return ""  # a damaged or hostile header: no span worth showing
+    t0 = dt.datetime.fromtimestamp(start_ns / 1e9, dt.timezone.utc)
+    t1 = dt.datetime.fromtimestamp(end_ns / 1e9, dt.timezone.utc)
+    return (
+        f"; it held the frames received {t0:%Y-%m-%d %H:%M:%S.%f}"[:-3]
+        + f" to {t1:%H:%M:%S.%f}"[:-3]
+        + f" UTC ({(end_ns - start_ns) / 1e9:.1f} s)"
+    )
 
 
 def _stream(body: bytes) -> ReadDataStream:
@@ -303,26 +325,40 @@ class RecordingReader:
 
     def _chunk(self, offset: int, body: bytes) -> Iterator[RecordedFrame]:
         try:
-            records = breakup_chunk(Chunk.read(_stream(body)), validate_crc=True)
-        except Exception as exc:  # zstd, lz4, CRC and struct errors share no base class
+            chunk = Chunk.read(_stream(body))
+        except Exception as exc:  # struct errors: the chunk's own header is damaged
             self.report.bad_chunks.append((offset, f"{type(exc).__name__}: {exc}"[:200]))
+            return
+        try:
+            records = chunk_records(decompressed(chunk))
+        except Exception as exc:  # zstd, lz4, CRC and framing errors share no base class
+            why = f"{type(exc).__name__}: {exc}"[:200]
+            self.report.bad_chunks.append(
+                (offset, why + _span(chunk.message_start_time, chunk.message_end_time))
+            )
             return
         yield from self._use(records)
 
     def _use(self, records: list[Any]) -> Iterator[RecordedFrame]:
         rep = self.report
+        channels, per_channel = self._channels, self._per_channel
         for rec in records:
-            if isinstance(rec, Message):
-                ch = self._channels.get(rec.channel_id)
+            if type(rec) is tuple:  # a message of a chunk: (channel id, log time, publish time, data)
+                cid, log_time, publish_time, data = rec
+                ch = channels.get(cid)
                 rep.frames += 1
-                self._per_channel[rec.channel_id] += 1
+                per_channel[cid] += 1
                 if ch is None:
                     rep.orphan_frames += 1
-                topic = ch.topic if ch else f"channel {rec.channel_id} (definition lost)"
-                endpoint = ch.metadata.get("endpoint", "") if ch else ""
-                yield RecordedFrame(rec.log_time, rec.publish_time, topic, endpoint, bytes(rec.data))
+                    yield RecordedFrame(log_time, publish_time, f"channel {cid} (definition lost)", "", data)
+                else:
+                    yield RecordedFrame(
+                        log_time, publish_time, ch.topic, ch.metadata.get("endpoint", ""), data
+                    )
+            elif isinstance(rec, Message):  # one outside any chunk
+                yield from self._use([(rec.channel_id, rec.log_time, rec.publish_time, bytes(rec.data))])
             elif isinstance(rec, Channel):
-                self._channels[rec.id] = rec
+                channels[rec.id] = rec
             elif isinstance(rec, Schema):
                 self._schema(rec)
             elif isinstance(rec, Header):
@@ -382,6 +418,8 @@ class RecordingReader:
         out = []
         # Counts only compare where nothing was lost: a lost chunk already explains a lower count.
         whole = not (rep.bad_chunks or rep.bad_records or rep.skipped)
+        if stats is not None and not whole and stats.message_count > rep.frames:
+            rep.lost_frames = stats.message_count - rep.frames
         if stats is not None and whole:
             if stats.message_count != rep.frames:
                 out.append(f"summary says {stats.message_count} frames, the chunks hold {rep.frames}")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import stat
 import time
 from typing import BinaryIO
 
@@ -30,6 +33,33 @@ COMPRESSIONS = {"zstd": "zstd", "lz4": "lz4", "none": ""}
 _MAX_TS_S = _U64 / 1e9  # 2^64 ns after the epoch: the year 2554
 
 
+class RecordingBusy(OSError):
+    """Another recorder holds the file: two writers would interleave chunks into garbage."""
+
+
+def _open_for_recording(path: str, exclusive: bool) -> BinaryIO:
+    """Open ``path`` for writing under an advisory lock, truncating only once the lock is ours, so
+    a second recorder aimed at the same file (even with --force) fails without harming the first.
+    ``exclusive``: the file must not exist yet (created atomically: no check-then-create race)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else 0), 0o644)
+    try:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no advisory locks to take
+            pass
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RecordingBusy(errno.EBUSY, "another recorder is writing it", path) from None
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # a device (/dev/full, a pipe) has nothing to cut
+            os.ftruncate(fd, 0)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _ns(ts: float) -> int | None:
     if not math.isfinite(ts) or ts < 0:
         return None
@@ -47,10 +77,12 @@ class RecordingWriter:
         flush_interval_s: float = FLUSH_INTERVAL_S,
         compression: str = "zstd",
         zstd_level: int = ZSTD_LEVEL,
+        exclusive: bool = False,
     ) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression {compression!r}: expected one of {', '.join(COMPRESSIONS)}")
-        self._file: BinaryIO = open(path, "wb")  # closed in close(), not a with: it lives for the run
+        # closed in close(), not a with: it lives for the run; the lock goes with it
+        self._file: BinaryIO = _open_for_recording(path, exclusive)
         self._writer = ChunkedMcapWriter(
             self._file, profile=PROFILE, library="eagle3-top", chunk_size=CHUNK_SIZE,
             compression=COMPRESSIONS[compression], zstd_level=zstd_level,

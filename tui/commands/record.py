@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
     except KeyError_ as exc:
         return fail(PROG, str(exc))
     try:
-        writer = RecordingWriter(ns.output, compression=ns.compression)
+        writer = RecordingWriter(ns.output, compression=ns.compression, exclusive=not ns.force)
     except OSError as exc:
         return fail(PROG, f"cannot write {ns.output}: {exc.strerror or exc}")
     stop = _Stop()
@@ -120,7 +120,9 @@ def main(argv: list[str]) -> int:
                 frames, nbytes = frames + writer.frames, nbytes + writer.bytes
                 writer.close()
                 part, opened = part + 1, time.monotonic()
-                writer = RecordingWriter(rotated_name(ns.output, part), compression=ns.compression)
+                writer = RecordingWriter(
+                    rotated_name(ns.output, part), compression=ns.compression, exclusive=not ns.force
+                )
                 print(f"{PROG}: now writing {rotated_name(ns.output, part)}", file=sys.stderr)
     except OSError as exc:
         # A full disk, say: what is already on disk stays readable (chunks closed every second).

@@ -43,9 +43,11 @@ class _Source:
     endpoints: set[str] = field(default_factory=set)
     # seq gaps per endpoint: the same source through two endpoints repeats its seqs on each
     seqs: dict[str, SourceCounters] = field(default_factory=dict)
+    # of those gaps, the ones across a bad chunk or damaged bytes: the recorder had those frames
+    in_file: Counter[str] = field(default_factory=Counter)
 
     def drops(self) -> dict[str, Loss]:
-        return {ep: c.loss() for ep, c in sorted(self.seqs.items())}
+        return {ep: _in_file(c.loss(), self.in_file[ep]) for ep, c in sorted(self.seqs.items())}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +66,20 @@ class _Source:
         }
 
 
+def _in_file(loss: Loss, n: int) -> Loss:
+    """Move the gaps a damaged part of the file explains out of the network's and the tracer's."""
+    if not n:
+        return loss
+    transit = min(n, loss.slow_consumer)
+    tracer = min(n - transit, loss.publisher_dropped)
+    return dataclasses.replace(
+        loss,
+        in_file=transit + tracer,
+        slow_consumer=loss.slow_consumer - transit,
+        publisher_dropped=loss.publisher_dropped - tracer,
+    )
+
+
 def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
@@ -76,8 +92,13 @@ def main(argv: list[str]) -> int:
 
     reader = RecordingReader(ns.file)
     sources: dict[str, _Source] = {}
+    holes = 0  # bad chunks and damaged stretches met so far
+    across: set[tuple[str, str]] = set()  # (topic, endpoint) whose next gap spans a hole
     try:
         for rec in reader:
+            if len(reader.report.bad_chunks) + len(reader.report.skipped) != holes:
+                holes = len(reader.report.bad_chunks) + len(reader.report.skipped)
+                across = {(t, ep) for t, src in sources.items() for ep in src.seqs}
             s = sources.get(rec.topic)
             if s is None:
                 s = sources[rec.topic] = _Source(first_ns=rec.log_time_ns)
@@ -99,7 +120,11 @@ def main(argv: list[str]) -> int:
                 counters = s.seqs[rec.endpoint] = SourceCounters(ev.seq, ev.seq)
             if ev.kind == HEALTH:
                 counters.see_health(ev.body)
+            gaps = counters.gaps
             counters.see(ev.seq)
+            if (rec.topic, rec.endpoint) in across:
+                across.discard((rec.topic, rec.endpoint))
+                s.in_file[rec.endpoint] += counters.gaps - gaps
     except READ_ERRORS as exc:
         return fail(PROG, read_error(ns.file, exc))
     rep = reader.report
