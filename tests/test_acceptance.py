@@ -37,3 +37,53 @@ def test_rates_use_whole_seconds() -> None:
 def test_empty_is_zero_not_nan() -> None:
     s = AcceptanceStats().summary(now=10.0)
     assert s.mean_accept_length == 0.0 and s.accept_rate == 0.0 and s.steps_per_s == 0.0
+
+
+def test_windows_answer_now_not_since_start() -> None:
+    """Ninety seconds of a draft accepting everything, then ten of one accepting nothing: since
+    start the figures still look good; over the last 10 s they show what the server does now."""
+    st = AcceptanceStats()
+    for t in range(90):
+        st.add(np.array([3, 3]), 4, 1000.0 + t + 0.5)  # accept length 4 of 4
+    for t in range(90, 100):
+        st.add(np.array([0, 0]), 4, 1000.0 + t + 0.5)  # the bonus token only
+    now = 1099.9
+    whole, last10, last60 = st.summary(now), st.summary(now, 10), st.summary(now, 60)
+    assert whole.request_steps == 200 and whole.mean_accept_length == pytest.approx((180 * 4 + 20) / 200)
+    assert last10.request_steps == 20 and last10.verify_steps == 10
+    assert last10.mean_accept_length == 1.0 and last10.accept_rate == 0.0
+    assert list(last10.conditional) == [0.0, 0.0, 0.0] and list(last10.histogram) == [0, 20, 0, 0, 0]
+    assert last60.request_steps == 120 and last60.mean_accept_length == pytest.approx((100 * 4 + 20) / 120)
+    assert list(last60.unconditional) == pytest.approx([100 / 120] * 3)
+    assert st.summary(now + 200, 10).request_steps == 0  # nothing in the last 10 s: no figures, not old ones
+
+
+def test_a_draft_tree_counts_positions_by_depth() -> None:
+    """topk 2, 3 steps, 8 tree nodes: a request accepts at most 3 drafts, so there are 3 positions,
+    not the 7 a flat reading of the 8 nodes would make (with 4 of them never accepted)."""
+    from eagle3_top.tracer.analysis.evidence import EvidenceBook
+    from eagle3_top.tracer.schema import STEP, Event, step_body, tree_depth
+
+    parents = np.array([[-1, 0, 0, 1, 1, 2, 3, 4]] * 2, dtype=np.int32)  # depths 0 1 1 2 2 2 3 3
+    draft = np.arange(1, 17, dtype=np.int32).reshape(2, 8)
+    book = EvidenceBook()
+    for i, acc in enumerate([[3, 1], [2, 0], [3, 3]]):
+        a = np.array(acc, dtype=np.int32)
+        body = step_body(
+            step=i, rids=["a", "b"], draft=draft, accept_lens=a + 1, topk=2, parents=parents,
+            tokens=np.arange(1, int(a.sum()) + 3, dtype=np.int32),
+        )  # fmt: skip
+        assert tree_depth(body, 8) == 3
+        book.ingest([Event(STEP, "h:1:r0", i, 1000.0 + i, body)], 1000.0 + i)
+    s = book.sources["h:1:r0"].acceptance.summary(1003.0)
+    assert len(s.unconditional) == 3 and len(s.conditional) == 3
+    # accepted drafts 3,1,2,0,3,3: at least 1 of 6 → 5, at least 2 → 4, at least 3 → 3
+    assert list(s.unconditional) == pytest.approx([5 / 6, 4 / 6, 3 / 6])
+    assert list(s.conditional) == pytest.approx([5 / 6, 4 / 5, 3 / 4])
+    assert s.accept_rate == pytest.approx(12 / 18)  # 12 accepted of 6 requests x 3 positions
+    chain = dict(body, parents=None)
+    assert tree_depth(chain, 8) is None
+    assert (
+        tree_depth(dict(body, parents=np.array([[-1, 2, 0, 1, 1, 2, 3, 4]] * 2, np.int32).tobytes()), 8)
+        is None
+    )

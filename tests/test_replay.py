@@ -519,3 +519,39 @@ async def test_a_damaged_recording_replays_what_was_read_and_says_what_was_lost(
         status = screen_text(app).splitlines()[0]
         assert f"⚠ {len(lost)} problem" in status
         assert any("part of the file was not read" in str(note.title) for note in app._notifications)
+
+
+async def test_w_switches_acceptance_to_the_last_seconds(session: tuple[str, int]) -> None:
+    """The session's acceptance fell halfway: since start the table shows the average, over the
+    last 10 s only the fallen figure, as the book counts it."""
+    path, _ = session
+    end = max(f.log_time_ns for f in read_recording(path)) / 1e9
+    (st,) = book_of(path).sources.values()
+    whole, last10 = st.acceptance.summary(end), st.acceptance.summary(end, 10)
+    assert last10.mean_accept_length < whole.mean_accept_length - 0.3
+    app = ReplayApp(Timeline(path, speed=None), refresh_hz=20)
+    async with app.run_test(size=(140, 34)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+
+        def row() -> str:
+            return screen_text(app).splitlines()[2]
+
+        await wait_until(pilot, lambda: f" {whole.mean_accept_length:.2f} " in row(), what="since start")
+        await pilot.press("w", "w")  # 60 s (the whole session), then 10 s
+        await wait_until(pilot, lambda: f" {last10.mean_accept_length:.2f} " in row(), what="last 10 s")
+        text = screen_text(app)
+        assert "last 10 s" in text.splitlines()[0] and "last 10 s" in text
+        await pilot.press("w")
+        await wait_until(pilot, lambda: "last 10 s" not in screen_text(app).splitlines()[0], what="back")
+
+
+async def test_training_acc_i_stands_beside_the_served_rates() -> None:
+    from eagle3_top.tracer.analysis.manifest import load_manifest
+
+    manifest = load_manifest(str(EXAMPLES / "demo-manifest.json"))
+    app = ReplayApp(Timeline(str(EXAMPLES / "demo.mcap"), speed=None), manifest=manifest, refresh_hz=20)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+        want = f"◂{manifest.training_acc[0]:.2f}"
+        await wait_until(pilot, lambda: want in screen_text(app), what="acc_i beside cond")
+        assert "◂ acc_i" in screen_text(app)

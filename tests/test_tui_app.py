@@ -125,6 +125,9 @@ async def test_live_numbers_config_rewrite_and_layers(tui_pub):
         assert "LAYER_IDS_NOT_READ" in text
         assert "sglang" in text and "live" in text
         assert f"{8 / 12:.1%}" in text  # accept rate: 8 accepted of 12 proposed drafts
+        # the findings column: worst severity and count, visible without selecting the source
+        errors = sum(1 for f in app.latest.sources[0].findings if f.severity == "error")
+        assert errors and f"{errors} error" in text.splitlines()[2]
 
 
 async def test_pause_freezes_display_but_keeps_ingesting(tui_pub):
@@ -134,15 +137,15 @@ async def test_pause_freezes_display_but_keeps_ingesting(tui_pub):
         publish_steps(tui_pub, [[3, 3, 3, 3]] * 2, n=4)
         await wait_until(pilot, shows(app, "accept len 4.00"), what="4.00")
         await pilot.press("p")
-        await wait_until(pilot, shows(app, "PAUSED"), what="PAUSED")
+        await wait_until(pilot, shows(app, "FROZEN"), what="FROZEN")
         publish_steps(tui_pub, [[0, 0, 0, 0]] * 2, n=4, seed=1)
         await wait_until(pilot, lambda: source_steps(app) == 4, what="ingest while paused")
         await pilot.pause(0.2)  # several refresh ticks
         text = screen_text(app)
-        assert "accept len 4.00" in text and "PAUSED" in text
+        assert "accept len 4.00" in text and "FROZEN" in text and "TRACER PAUSED" not in text
         await pilot.press("p")
         await wait_until(pilot, shows(app, "accept len 2.50"), what="2.50 after resume")
-        assert "PAUSED" not in screen_text(app)
+        assert "FROZEN" not in screen_text(app)
 
 
 async def test_help_opens_and_closes_and_q_quits(tui_pub):
@@ -244,8 +247,9 @@ async def test_stale_source_and_health_panel(tui_pub):
         tui_pub.discarded_rows = 3  # rows SGLang's overlap scheduler threw away, left out by the tracer
         await wait_until(pilot, shows(app, "hook err 2"), what="health")
         await wait_until(pilot, shows(app, "tail rows 3"), what="tail rows")
-        tui_pub.paused = True
-        await wait_until(pilot, shows(app, "PAUSED"), what="paused")
+        tui_pub.paused = True  # the server side: distinct from a frozen display
+        await wait_until(pilot, shows(app, "TRACER PAUSED"), what="paused")
+        assert "tracer paused" in screen_text(app) and "FROZEN" not in screen_text(app)
         tui_pub.paused = False
         await wait_until(pilot, lambda: "PAUSED" not in screen_text(app), what="resumed")
         assert "dropped 0" in screen_text(app)

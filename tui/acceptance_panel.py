@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from .snapshot import SourceSnapshot
+from .snapshot import SourceSnapshot, window_label
 
 
 def render_headline(src: SourceSnapshot | None) -> Text:
@@ -26,6 +26,7 @@ def render_headline(src: SourceSnapshot | None) -> Text:
     t.append(f"{s.tokens_per_s:,.0f}", style="bold")
     t.append(" tok/s  ", style="dim")
     t.append(f"{s.verify_steps:,} steps", style="dim")
+    t.append(f"  {window_label(src.window_s)}", style="bold cyan" if src.window_s else "dim")
     if src.last_n:
         t.append(f"  b{src.last_batch}×{src.last_n}", style="dim")
     return t

@@ -27,7 +27,7 @@ from .layer_map import LayerMap
 from .position_bars import PositionBars
 from .probe_panel import ProbePanel
 from .proposals import Proposals
-from .snapshot import Snapshot, SourceSnapshot
+from .snapshot import WINDOWS, Snapshot, SourceSnapshot, window_label
 from .sources_table import SourcesTable
 from .spec_panel import SpecPanel
 from .status_bar import StatusBar
@@ -39,6 +39,7 @@ class Eagle3TopApp(App[None]):
         Binding("q", "quit", "quit"),
         Binding("p", "toggle_pause", "pause"),
         Binding("r", "toggle_record", "record"),
+        Binding("w", "next_window", "window"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("tab", "next_source", "next source", priority=True),
         Binding("shift+tab", "prev_source", "prev source", show=False, priority=True),
@@ -70,6 +71,7 @@ class Eagle3TopApp(App[None]):
             subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
         )
         self.paused = False
+        self.window_s: int | None = None  # acceptance over the last so many seconds; None: since start
         self.latest: Snapshot | None = None  # newest snapshot pulled from the feed
         self.shown: Snapshot | None = None  # what the screen shows (frozen while paused)
         self.selected: str | None = None
@@ -134,7 +136,7 @@ class Eagle3TopApp(App[None]):
             return
         self.ticks += 1
         try:
-            self.latest = self.feed.snapshot()
+            self.latest = self.feed.snapshot(window_s=self.window_s)
             if not self.paused:
                 self.shown = self.latest
             self._render_shown()
@@ -212,6 +214,13 @@ class Eagle3TopApp(App[None]):
             else:
                 self.notify(f"recording to {path} (r stops)")
         self._render_status()
+
+    def action_next_window(self) -> None:
+        """Acceptance since start, over the last 60 s, over the last 10 s, and round again."""
+        i = WINDOWS.index(self.window_s) if self.window_s in WINDOWS else 0
+        self.window_s = WINDOWS[(i + 1) % len(WINDOWS)]
+        self.notify(f"acceptance {window_label(self.window_s)}", timeout=1.5)
+        self._tick()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -148,13 +148,23 @@ class Feed:
         """The worker is ending: a recording in progress is closed whole (summary written)."""
         self.recording.close()
 
+    def settle_findings(self, now: float | None = None) -> None:
+        """Judge every source now, on the evidence as it stands (``--once``: there is no later
+        refresh to catch up). A diagnoser of its own: the worker's runs outside the lock."""
+        now = self._clock() if now is None else now
+        with self._lock:  # the worker cannot fold events in meanwhile
+            fresh, _ = Diagnoser(self.diagnoser.manifest).run(self.book, now, force=True)
+            self.diagnoses.update(fresh)
+
     # -- UI side ---------------------------------------------------------------------------------
 
     def position(self) -> Position | None:
         """Where a replay stands; None for a live feed."""
         return None
 
-    def snapshot(self, now: float | None = None) -> Snapshot:
+    def snapshot(
+        self, now: float | None = None, *, window_s: int | None = None, windows: tuple[int, ...] = ()
+    ) -> Snapshot:
         now = self._clock() if now is None else now
         with self._lock:
             sub = self._sub
@@ -171,4 +181,12 @@ class Feed:
                     bytes=sub.bytes,
                     evicted_sources=sub.evicted_sources,
                 )
-            return take_snapshot(self.book, self.diagnoses, now, transport, stale_after_s=self.stale_after_s)
+            return take_snapshot(
+                self.book,
+                self.diagnoses,
+                now,
+                transport,
+                stale_after_s=self.stale_after_s,
+                window_s=window_s,
+                windows=windows,
+            )

@@ -40,7 +40,7 @@ def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Tex
             if h.encode_errors:
                 _kv(t, "encode err", h.encode_errors, True)
             if h.paused:
-                t.append("PAUSED  ", style="bold yellow")
+                t.append("TRACER PAUSED  ", style="bold yellow")
             _kv(t, "disabled", "YES" if h.disabled else "no", h.disabled)
         _kv(t, "missed", src.missed, bool(src.missed))
         if src.malformed:

@@ -11,8 +11,9 @@ from textual.widgets import Static
 HELP_TEXT = """\
 [b]Keys[/b]
   [b]q[/b]           quit
-  [b]p[/b]           pause: freeze the display; data keeps being received; PAUSED is shown
+  [b]p[/b]           freeze the display; data keeps being received; FROZEN is shown
   [b]r[/b]           record what the monitor receives to eagle3-top-DATE-TIME.mcap; r again stops
+  [b]w[/b]           acceptance since start, over the last 60 s, over the last 10 s
   [b]↑ ↓ tab[/b]     select a source (one row per host:pid:rank)
   [b]?[/b]           this help (esc, ? or q closes it)
 
@@ -30,14 +31,15 @@ HELP_TEXT = """\
   [b]uncond[/b]      unconditional per-position rate: P(position i accepted), over all
               drafts (vLLM's number)
   [b]cond[/b]        conditional: P(position i accepted | position i-1 accepted); compare
-              with training acc_i
+              with training acc_i, shown beside it (◂, red when 0.2 or more below)
   [b]histogram[/b]   request-steps per accept length (1 = only the bonus token)
   [b]steps/s[/b]     verify steps per second (one per batch); [b]tok/s[/b] committed tokens/s
   [b]proposals[/b]   latest step: rid, \\[accepted drafts], root (last committed token), the
               drafts ([green]accepted path[/green], [red]rejected[/red]), → the bonus token
   [b]missed[/b]      sequence numbers never received (lost in transit or too slow a reader)
   [b]dropped[/b]     events the tracer dropped itself (its queue was full)
-  [b]PAUSED[/b]      the tracer's pause file exists (EAGLE3_TOP_PAUSE_FILE): nothing recorded
+  [b]TRACER PAUSED[/b] the server side: the tracer's pause file exists (EAGLE3_TOP_PAUSE_FILE),
+              nothing is recorded (FROZEN is only this display)
   [b]tail rows[/b]   step rows the server threw away (a request that had already
               finished, under SGLang's overlap scheduler) and the tracer left out too
   [b]malformed[/b]   frames that did not decode; the last reason is shown

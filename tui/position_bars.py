@@ -15,7 +15,11 @@ def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Tex
     t.append("uncond", style="cyan")
     t.append(" │ ", style="dim")
     t.append("cond", style="magenta")
-    t.append(" (given i-1)\n", style="dim")
+    t.append(" (given i-1)", style="dim")
+    acc = src.training_acc if src is not None else ()
+    if acc:
+        t.append(" ◂ acc_i", style="yellow")
+    t.append("\n")
     if src is None or src.summary.request_steps == 0:
         t.append("no steps yet", style="dim")
         return t
@@ -27,8 +31,10 @@ def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Tex
     per_col = -(-npos // ncols)
     shown_rows = min(per_col, rows)
     colw = width // ncols
-    # "  1 " + bar + " 0.82" + " │ " + bar + " 0.91" (+ 2 spaces between columns)
-    bw = max(2, (colw - 4 - 5 - 3 - 5 - (2 if ncols > 1 else 0)) // 2)
+    # "  1 " + bar + " 0.82" + " │ " + bar + " 0.91" (+ " ◂0.95" with training's acc_i)
+    # (+ 2 spaces between columns)
+    tail = 6 if acc else 0
+    bw = max(2, (colw - 4 - 5 - 3 - 5 - tail - (2 if ncols > 1 else 0)) // 2)
     for r in range(shown_rows):
         for c in range(ncols):
             i = c * per_col + r
@@ -42,6 +48,12 @@ def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Tex
             t.append(" │ ", style="dim")
             t.append(hbar(float(con[i]), bw), style="magenta")
             t.append(f" {con[i]:.2f}"[-5:])
+            if acc:
+                # training's acc_i beside the served conditional rate: red when far below it
+                low = i < len(acc) and con[i] < acc[i] - 0.2
+                t.append(
+                    f" ◂{acc[i]:.2f}"[-6:] if i < len(acc) else "      ", style="red" if low else "yellow"
+                )
         if r < shown_rows - 1:
             t.append("\n")
     hidden = npos - min(npos, shown_rows * ncols)

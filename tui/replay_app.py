@@ -108,8 +108,8 @@ class ReplayApp(Eagle3TopApp):
         self._moved()
 
 
-def run_replay(timeline: Timeline, *, manifest: Manifest | None = None) -> None:
+def run_replay(timeline: Timeline, *, manifest: Manifest | None = None, refresh_hz: float = 4.0) -> None:
     """Replay until the user quits (q / ctrl+c); then what the file lost, on stderr, where it stays."""
-    ReplayApp(timeline, manifest=manifest).run()
+    ReplayApp(timeline, manifest=manifest, refresh_hz=refresh_hz).run()
     for line in timeline.damage():
         print(f"eagle3-top: {timeline.path}: {printable(line, 300)}", file=sys.stderr)

@@ -93,6 +93,14 @@ class ReplayFeed(Feed):
         self._moved = True
         self._checkpoint(batch.start + len(batch.frames), ledger)
 
+    def run_to_end(self) -> None:
+        """Fold the whole recording in on the calling thread (``--once --replay``: no worker, no
+        screen), as the worker would at ``max`` speed; the timeline must not be following."""
+        ledger = self._sub = FrameLedger()
+        self.timeline.set_speed(None)
+        while not self.timeline.position().at_end:
+            self._pump(self._sub or ledger)
+
     def _checkpoint(self, position: int, ledger: FrameLedger) -> None:
         last = max(self._saved, default=0)
         if position - last < self._every:

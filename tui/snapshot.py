@@ -27,6 +27,13 @@ STALE_AFTER_S = 3.0
 DEAD_AFTER_S = 30.0
 _NO_DIAGNOSIS = Diagnosis()
 PROPOSAL_ROWS = 3
+# The acceptance windows the monitor switches between (w): since start, the last minute, the last
+# ten seconds. At most the acceptance history's 120 s.
+WINDOWS: tuple[int | None, ...] = (None, 60, 10)
+
+
+def window_label(window_s: int | None) -> str:
+    return "since start" if window_s is None else f"last {window_s} s"
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,9 @@ class SourceSnapshot:
     layer_rows: tuple[SlotRow, ...] = ()  # with a manifest only
     probe: ProbeComparison | None = None  # the latest probe against the manifest
     probe_note: str | None = None  # why the latest probe event could not be compared
+    window_s: int | None = None  # what ``summary`` covers: the last so many seconds, or since start
+    training_acc: tuple[float, ...] = ()  # acc_i: the manifest's training metrics, else the draft's claims
+    windows: tuple[tuple[int, AcceptanceSummary], ...] = ()  # other windows, when asked for (--json)
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,14 @@ def _tree_path(draft: np.ndarray, parents: np.ndarray, accepted_tokens: np.ndarr
     return tuple(mask)
 
 
+def _training_acc(book: EvidenceBook, hello: Hello | None) -> tuple[float, ...]:
+    if book.manifest is not None and book.manifest.training is not None:
+        return tuple(book.manifest.training_acc)
+    if hello is not None and hello.claims is not None:
+        return tuple(hello.claims.acc or ())
+    return ()
+
+
 def take_snapshot(
     book: EvidenceBook,
     diagnoses: Mapping[str, Diagnosis],
@@ -170,8 +188,12 @@ def take_snapshot(
     *,
     stale_after_s: float = STALE_AFTER_S,
     proposals: int = PROPOSAL_ROWS,
+    window_s: int | None = None,
+    windows: tuple[int, ...] = (),
 ) -> Snapshot:
-    """An immutable view of every source; the caller holds the book's lock."""
+    """An immutable view of every source; the caller holds the book's lock. ``window_s``: the
+    acceptance figures over the last so many seconds instead of since start; ``windows``: more
+    summaries over those windows, for a caller that prints them all."""
     transport = transport or Transport({}, {})
     out = []
     for key, st in book.sources.items():
@@ -191,7 +213,7 @@ def take_snapshot(
                 hello=st.hello,
                 health=st.health,
                 aux=st.aux,
-                summary=st.acceptance.summary(now),
+                summary=st.acceptance.summary(now, window_s),
                 proposals=proposal_rows(sv, proposals),
                 last_batch=sv.batch if sv else 0,
                 last_n=sv.n if sv else 0,
@@ -214,6 +236,9 @@ def take_snapshot(
                 layer_rows=diag.layer_rows,
                 probe=st.probe,
                 probe_note=st.probe_note,
+                window_s=window_s,
+                training_acc=_training_acc(book, st.hello),
+                windows=tuple((w, st.acceptance.summary(now, w)) for w in windows),
             )
         )
     return Snapshot(

@@ -6,6 +6,8 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from .snapshot import Snapshot, SourceSnapshot
+from .snapshot_text import findings_cell
+from .source_state import BAD, OK, QUIET, WARN, source_state
 
 COLUMNS = (
     ("source", "source"),
@@ -15,28 +17,26 @@ COLUMNS = (
     ("steps", "steps/s"),
     ("tok", "tok/s"),
     ("missed", "missed/drop"),
+    ("findings", "findings"),
 )
 
 _NO_SOURCE = "__no_source__"
 
 
-def source_state(src: SourceSnapshot, snap: Snapshot) -> Text:
-    """Endpoint state when it says something is wrong, else live / stale."""
-    if len(snap.endpoints) == 1:
-        ep_state = snap.endpoints[0][1]
-        if ep_state not in ("connected",):
-            return Text(ep_state, style="bold red" if "down" in ep_state or "fail" in ep_state else "yellow")
-    if src.health is not None and src.health.engine_error:
-        return Text("engine failed", style="bold red")
-    if src.health is not None and src.health.final:
-        return Text(f"closed {src.age_s:.0f}s ago", style="dim")
-    if src.dead:
-        return Text(f"dead {src.age_s:.0f}s", style="bold red")
-    if src.stale:
-        return Text(f"stale {src.age_s:.0f}s", style="bold yellow")
-    if src.health is not None and src.health.disabled:
-        return Text("tracer disabled", style="bold red")
-    return Text("live", style="green")
+_STYLES = {OK: "green", QUIET: "dim", WARN: "bold yellow", BAD: "bold red"}
+
+
+def state_cell(src: SourceSnapshot, snap: Snapshot) -> Text:
+    words, level = source_state(src, snap.endpoints)
+    return Text(words, style=_STYLES[level])
+
+
+def findings_text(src: SourceSnapshot) -> Text:
+    words = findings_cell(src.findings, src.findings_error)
+    style = (
+        "bold red" if "error" in words or "failed" in words else ("yellow" if "warning" in words else "dim")
+    )
+    return Text(words, style=style)
 
 
 class SourcesTable(DataTable):
@@ -88,6 +88,7 @@ class SourcesTable(DataTable):
                     "—",
                     "—",
                     Text(eps, style="dim"),
+                    "—",
                 ],
             )
             return
@@ -109,11 +110,12 @@ class SourcesTable(DataTable):
                 src.key,
                 [
                     Text(src.name, overflow="ellipsis", no_wrap=True),
-                    source_state(src, snap),
+                    state_cell(src, snap),
                     Text(f"{s.mean_accept_length:.2f}" if have else "—", style="bold"),
                     f"{s.accept_rate:.1%}" if have else "—",
                     f"{s.steps_per_s:,.1f}",
                     f"{s.tokens_per_s:,.0f}",
                     Text(missed, style="red" if bad else ""),
+                    findings_text(src),
                 ],
             )

@@ -1,4 +1,4 @@
-"""One-line title bar: app title, endpoint states (or, replaying, the scrubber), PAUSED, a
+"""One-line title bar: app title, endpoint states (or, replaying, the scrubber), FROZEN, a
 recording in progress, and a worker error if any."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from eagle3_top.tracer.replay import Position, speed_label
 from rich.text import Text
 from textual.widgets import Static
 
-from .snapshot import Snapshot
+from .snapshot import Snapshot, window_label
 
 SCRUBBER_CELLS = 24
 
@@ -53,7 +53,10 @@ def render_status(
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {title} ", style="bold reverse")
     if paused:
-        t.append(" PAUSED ", style="bold black on yellow")
+        t.append(" FROZEN ", style="bold black on yellow")
+    if snap is not None and snap.sources and snap.sources[0].window_s is not None:
+        # the table's and the panels' acceptance figures are not since-start: say so up top
+        t.append(f" {window_label(snap.sources[0].window_s)} ", style="bold black on cyan")
     if recording:
         t.append(f" ● REC {recording} ", style="bold white on red")
     if error:

@@ -45,19 +45,24 @@ class AcceptanceStats:
         self._rate_window_s = rate_window_s
         # per wall-clock second: [second, request_steps, sum_accept_len, verify_steps, tokens]
         self._buckets: deque[list[float]] = deque(maxlen=history_s + 1)
+        # the same seconds' tallies by position, for the windowed figures: (counts, proposed, drafts)
+        self._by_position: deque[tuple[np.ndarray, np.ndarray, list[int]]] = deque(maxlen=history_s + 1)
 
-    def add(self, accepted: np.ndarray, n: int, ts: float) -> None:
+    def add(self, accepted: np.ndarray, n: int, ts: float, depth: int | None = None) -> None:
         """One verify step: ``accepted`` per request (drafts, bonus excluded), verify width ``n``."""
-        self.add_many(accepted, n, ts, 1)
+        self.add_many(accepted, n, ts, 1, depth)
 
-    def add_many(self, accepted: np.ndarray, n: int, ts: float, steps: int) -> None:
+    def add_many(self, accepted: np.ndarray, n: int, ts: float, steps: int, depth: int | None = None) -> None:
         """``steps`` verify steps of width ``n`` at about ``ts``, their per-request accepted counts
-        concatenated: one numpy pass for a whole batch of events (the ingest path's fast lane)."""
+        concatenated: one numpy pass for a whole batch of events (the ingest path's fast lane).
+        ``depth``: the positions a step proposes, for a draft tree (topk > 1) its depth; a chain
+        proposes ``n - 1``."""
         b = int(accepted.size)
         if b == 0:
             return
-        depth = min(max(n - 1, 0), MAX_POSITIONS)
-        self.counts += np.bincount(np.minimum(accepted, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
+        depth = min(max(n - 1 if depth is None else depth, 0), MAX_POSITIONS)
+        counts = np.bincount(np.minimum(accepted, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
+        self.counts += counts
         self.proposed[1 : depth + 1] += b
         committed = int(accepted.sum()) + b * BONUS  # the request-steps' accept lengths, summed
         self.request_steps += b
@@ -67,30 +72,57 @@ class AcceptanceStats:
         sec = float(int(ts))
         if not self._buckets or self._buckets[-1][0] != sec:
             self._buckets.append([sec, 0.0, 0.0, 0.0, 0.0])
+            zeros = np.zeros(MAX_POSITIONS + 1, dtype=np.int64)
+            self._by_position.append((zeros, zeros.copy(), [0]))
+        pc, pp, pd = self._by_position[-1]
+        pc += counts
+        pp[1 : depth + 1] += b
+        pd[0] += b * depth
         bucket = self._buckets[-1]
         bucket[1] += b
         bucket[2] += committed
         bucket[3] += steps
         bucket[4] += committed
 
-    def summary(self, now: float) -> AcceptanceSummary:
-        rs = self.request_steps
+    def summary(self, now: float, window_s: float | None = None) -> AcceptanceSummary:
+        """Since the first step, or over the last ``window_s`` seconds (at most the history's):
+        the seconds ``now - window_s`` < s <= ``now``, the one still filling included."""
+        if window_s is None:
+            counts, proposed = self.counts, self.proposed
+            rs, vs, tokens, drafts = self.request_steps, self.verify_steps, self.tokens, self.drafts_proposed
+        else:
+            counts = np.zeros(MAX_POSITIONS + 1, dtype=np.int64)
+            proposed = np.zeros(MAX_POSITIONS + 1, dtype=np.int64)
+            rs = vs = tokens = drafts = 0
+            lo = int(now) - window_s
+            for (sec, b_rs, _, b_vs, b_tok), (pc, pp, pd) in zip(
+                self._buckets, self._by_position, strict=True
+            ):
+                if lo < sec <= now:
+                    counts += pc
+                    proposed += pp
+                    rs, vs, tokens, drafts = (
+                        rs + int(b_rs),
+                        vs + int(b_vs),
+                        tokens + int(b_tok),
+                        drafts + pd[0],
+                    )
         # at_least[i] = request-steps with accepted >= i
-        at_least = np.cumsum(self.counts[::-1])[::-1]
-        last = int(np.max(np.nonzero(self.proposed)[0], initial=0))
+        at_least = np.cumsum(counts[::-1])[::-1]
+        last = int(np.max(np.nonzero(proposed)[0], initial=0))
         with np.errstate(divide="ignore", invalid="ignore"):
             uncond = np.where(
-                self.proposed[1 : last + 1] > 0, at_least[1 : last + 1] / self.proposed[1 : last + 1], 0.0
+                proposed[1 : last + 1] > 0, at_least[1 : last + 1] / proposed[1 : last + 1], 0.0
             )
             cond = np.where(at_least[:last] > 0, at_least[1 : last + 1] / np.maximum(at_least[:last], 1), 0.0)
         hist = np.zeros(last + 2, dtype=np.int64)
-        hist[1:] = self.counts[: last + 1]
-        mean = self.mean_accept_length or 0.0
-        rate = self.tokens_accepted / self.drafts_proposed if self.drafts_proposed else 0.0
+        hist[1:] = counts[: last + 1]
+        mean = tokens / rs if rs else 0.0
+        rate = (tokens - rs) / drafts if drafts else 0.0
         steps_s, tok_s = self._rates(now)
         return AcceptanceSummary(
             request_steps=rs,
-            verify_steps=self.verify_steps,
+            verify_steps=vs,
             mean_accept_length=mean,
             accept_rate=float(rate),
             histogram=hist,

@@ -38,6 +38,7 @@ from eagle3_top.tracer.schema import (
     split_source_key,
     step_columns,
     step_view,
+    tree_depth,
 )
 
 from .acceptance import AcceptanceStats
@@ -245,8 +246,9 @@ class EvidenceBook:
         cat = accs[0] if len(accs) == 1 else np.concatenate(accs)
         sizes = np.fromiter((a.size for a in accs), dtype=np.int64, count=len(accs))
         tokens = np.fromiter((t for _, _, t in items), dtype=np.int64, count=len(items))
+        depth = tree_depth(items[0][0].body, n)  # one tree shape per server configuration
         if check_values(n, cat, sizes, tokens):
-            st.acceptance.add_many(cat, n, now, len(items))
+            st.acceptance.add_many(cat, n, now, len(items), depth)
             st.steps += len(items)
             st.last_step_event, st._last_step = items[-1][0], None
             return len(items)
@@ -257,7 +259,7 @@ class EvidenceBook:
             except DecodeError as exc:
                 self._malformed(st, ev, exc, on_malformed)
                 continue
-            st.acceptance.add(sv.accepted, sv.n, now)
+            st.acceptance.add(sv.accepted, sv.n, now, tree_depth(ev.body, sv.n))
             st._stepped(ev, sv)
             used += 1
         return used

@@ -46,6 +46,7 @@ from .step import (
     step_body,
     step_columns,
     step_view,
+    tree_depth,
 )
 from .text import printable
 
@@ -55,5 +56,5 @@ __all__ = [
     "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
     "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",
     "column", "decode", "encode", "is_probe_rid", "peek", "probe_body", "printable", "probe_view", "split_source_key",
-    "step_body", "step_columns", "step_view",
+    "step_body", "step_columns", "step_view", "tree_depth",
 ]  # fmt: skip

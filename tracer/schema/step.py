@@ -145,6 +145,23 @@ def step_columns(b: Mapping[str, Any]) -> StepColumns:
     return n, np.frombuffer(acc, dtype=TOKEN_DTYPE), len(tokens) // _INT32
 
 
+def tree_depth(body: Mapping[str, Any], n: int) -> int | None:
+    """The depth of a step's draft tree, from its first row's ``parents`` (-1 for the root); None
+    for a chain (no ``parents``) or links that are no tree (a parent not before its child). Per-
+    position acceptance counts positions by depth: a tree of 8 nodes in 3 steps proposes 3."""
+    parents = body.get("parents")
+    if parents is None or n <= 0 or type(parents) not in _BIN or len(parents) < n * _INT32:
+        return None
+    row = np.frombuffer(parents, dtype=TOKEN_DTYPE, count=n)
+    depth = [0] * n
+    for j in range(1, n):
+        p = int(row[j])
+        if not 0 <= p < j:
+            return None
+        depth[j] = depth[p] + 1
+    return max(depth)
+
+
 def check_values(n: int, accepted: np.ndarray, sizes: np.ndarray, tokens: np.ndarray) -> bool:
     """The value checks of many steps of width ``n`` at once: ``accepted`` is their columns
     concatenated (``sizes`` per step), ``tokens`` the committed tokens each carries. True when every

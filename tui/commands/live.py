@@ -41,6 +41,22 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--record-dir", default=".", metavar="DIR", help="where r writes its recordings (default: here)"
     )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="print one snapshot and exit, no screen: after listening one interval (default 1 s), "
+        "or at the end of --replay FILE; exit 0, or 3 when no source was heard",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="the snapshot as JSON (docs/snapshot.md); implies --once"
+    )
+    p.add_argument(
+        "-i",
+        "--interval",
+        type=interval_arg,
+        metavar="S",
+        help="seconds between screen refreshes (default 0.25); with --once, how long to listen",
+    )
     add_curve_arguments(p)
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
@@ -55,6 +71,7 @@ def main(argv: list[str], usage: str | None = None) -> int:
 
         print(__version__)
         return EXIT_OK
+    ns.once = ns.once or ns.json
     if ns.replay is not None:
         return _replay(ns)
     if ns.follow or ns.speed != 1.0:
@@ -68,11 +85,11 @@ def main(argv: list[str], usage: str | None = None) -> int:
         print(f"eagle3-top: {msg} (skipped)", file=sys.stderr)
     if not endpoints:
         return fail("eagle3-top", "no valid endpoint")
-    if not _terminal():
+    if not ns.once and not _terminal():
         return fail(
             "eagle3-top",
-            "the live monitor needs a terminal (stdin and stdout); for a verdict without one, "
-            "run `eagle3-top check ENDPOINT`",
+            "the live monitor needs a terminal (stdin and stdout); for one snapshot without one, "
+            "run `eagle3-top --once`, for a verdict `eagle3-top check ENDPOINT`",
         )
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.curve import KeyError_
@@ -82,10 +99,36 @@ def main(argv: list[str], usage: str | None = None) -> int:
         curve = curve_from(ns)
     except (ManifestError, KeyError_) as exc:
         return fail("eagle3-top", str(exc))
+    if ns.once:
+        from .once import ONCE_INTERVAL_S, once_live
+
+        return once_live(endpoints, manifest, curve, ns.interval or ONCE_INTERVAL_S, ns.json)
     from eagle3_top.tui.app import run_app
 
-    run_app(endpoints, manifest=manifest, curve=curve, record_dir=ns.record_dir)
+    run_app(
+        endpoints,
+        manifest=manifest,
+        curve=curve,
+        record_dir=ns.record_dir,
+        refresh_hz=1.0 / (ns.interval or DEFAULT_INTERVAL_S),
+    )
     return EXIT_OK
+
+
+DEFAULT_INTERVAL_S = 0.25
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.05, 60.0
+
+
+def interval_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not MIN_INTERVAL_S <= v <= MAX_INTERVAL_S:  # NaN fails too
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: seconds between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g}"
+        )
+    return v
 
 
 def speed_arg(text: str) -> float | None:
@@ -119,6 +162,12 @@ def _replay(ns: argparse.Namespace) -> int:
         return fail("eagle3-top", f"{ns.replay}: {exc.strerror or exc}")
     if not timeline.frames and not ns.follow:
         return fail("eagle3-top", f"{ns.replay}: the recording holds no frames")
+    if ns.once:
+        if ns.follow:
+            return fail("eagle3-top", "--once reads the file as it stands; give no --follow with it")
+        from .once import once_replay
+
+        return once_replay(timeline, manifest, ns.json)
     if not _terminal():
         return fail(
             "eagle3-top",
@@ -127,5 +176,5 @@ def _replay(ns: argparse.Namespace) -> int:
         )
     from eagle3_top.tui.replay_app import run_replay
 
-    run_replay(timeline, manifest=manifest)
+    run_replay(timeline, manifest=manifest, refresh_hz=1.0 / (ns.interval or DEFAULT_INTERVAL_S))
     return EXIT_OK

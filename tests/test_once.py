@@ -1,0 +1,105 @@
+"""`eagle3-top --once [--json]`: one snapshot, no screen, as a script or a log would take it; the
+same figures and findings the monitor shows. Real sockets, a real recording, the real command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.schema import STEP, SourceId
+from stream_samples import hello, step
+
+CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def test_once_on_the_shipped_recording_prints_the_table_and_the_findings() -> None:
+    sample, manifest = str(EXAMPLES / "demo.mcap"), str(EXAMPLES / "demo-manifest.json")
+    r = run("--replay", sample, "--manifest", manifest, "--once")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].split()[:3] == ["source", "state", "acc"] and lines[1].rstrip().endswith("findings")
+    rows = {line.split()[0]: line for line in lines[2:4]}
+    lengths = sorted(float(row.split()[5]) for row in rows.values())  # key, engine, closed, 0s, ago, acc len
+    assert lengths[0] < 1.5 < 3.5 < lengths[1]
+    assert sum("none" in row for row in rows.values()) == 1 and any("errors" in row for row in rows.values())
+    assert (
+        "ERROR   LAYER_IDS_NOT_READ" in r.stdout and "fix: nest eagle_aux_hidden_state_layer_ids" in r.stdout
+    )
+
+    j = run("--replay", sample, "--manifest", manifest, "--json")  # --json implies --once
+    assert j.returncode == 0, j.stderr
+    out = json.loads(j.stdout)  # strict JSON: no NaN anywhere
+    assert out["schema"] == "eagle3-top-snapshot/1" and len(out["sources"]) == 2
+    by_len = sorted(out["sources"], key=lambda s: s["acceptance"]["accept_length"])
+    bad, good = by_len
+    assert f"{bad['acceptance']['accept_length']:.2f}" in rows[bad["key"]]  # the text's figure
+    assert "LAYER_IDS_NOT_READ" in {f["code"] for f in bad["findings"]} and not good["findings"]
+    assert bad["acceptance"]["expected_by"] == "the manifest's training metrics"
+    assert len(bad["acceptance"]["training_acc"]) == 3 and bad["layer_map"][0]["layer_ok"] is False
+    assert bad["hello"]["aux"]["ids_location"] == "top_level" and bad["state"].startswith("closed")
+    assert all(len(p["proposals"]) == len(p["on_accepted_path"]) for p in bad["proposals"])
+
+
+def test_once_live_answers_after_one_interval() -> None:
+    pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="test"), hello_interval_s=0.5)
+    pub.set_hello(hello())
+    stop = threading.Event()
+
+    def steps() -> None:
+        i = 0
+        while not stop.is_set():
+            pub.publish(STEP, step(i, max_accept=4))
+            i += 1
+            time.sleep(0.01)
+
+    t = threading.Thread(target=steps, daemon=True)
+    t.start()
+    try:
+        started = time.monotonic()
+        r = run(pub.bound_endpoint, "--json", "-i", "1.5")
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        t.join()
+        pub.close()
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    (src,) = out["sources"]
+    assert src["state"] == "live" and src["events"]["hellos"] >= 1 and src["events"]["steps"] > 20
+    assert 1.0 < src["acceptance"]["accept_length"] <= 4.0
+    assert out["endpoints"] == [{"endpoint": pub.bound_endpoint, "state": "connected"}]
+    assert took < 10  # one interval, and the interpreter's start
+
+
+def test_once_with_nobody_there_says_so_and_exits_3() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = run(f"tcp://127.0.0.1:{port}", "--once", "-i", "0.5")
+    assert r.returncode == 3 and "(no source heard)" in r.stdout
+    j = run(f"tcp://127.0.0.1:{port}", "--json", "-i", "0.5")
+    assert j.returncode == 3 and json.loads(j.stdout)["sources"] == []
+
+
+def test_interval_and_once_arguments_are_checked() -> None:
+    for args, why in {
+        ("-i", "0"): "seconds between 0.05 and 60",
+        ("-i", "nan"): "seconds between 0.05 and 60",
+        ("--replay", str(EXAMPLES / "demo.mcap"), "--once", "--follow"): "give no --follow",
+    }.items():
+        r = run(*args)
+        assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

@@ -1,0 +1,70 @@
+"""``eagle3-top --once [--json]``: one snapshot of the monitor, printed, for scripts and logs.
+
+Live, it listens for one interval (the hello comes at once on subscribing; steps as the server
+makes them), judges every source on what it saw and prints; with ``--replay FILE``, the snapshot
+at the end of the recording. Exit 0 with at least one source, 3 when none was heard."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.curve import CurveClient
+from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.schema.text import printable
+
+from .report import EXIT_OK, EXIT_PARTIAL
+
+if TYPE_CHECKING:
+    from eagle3_top.tui.snapshot import Snapshot
+
+ONCE_INTERVAL_S = 1.0  # how long --once listens when -i does not say
+RECENT = (10, 60)  # the windows --json reports beside since-start
+
+
+def once_live(
+    endpoints: list[str],
+    manifest: Manifest | None,
+    curve: CurveClient | None,
+    interval_s: float,
+    as_json: bool,
+) -> int:
+    from eagle3_top.tracer.subscriber import Subscriber
+    from eagle3_top.tui.feed import Feed
+
+    feed = Feed(endpoints, manifest=manifest, subscriber_factory=lambda eps: Subscriber(eps, curve=curve))
+    feed.start()
+    try:
+        time.sleep(interval_s)
+        feed.settle_findings()
+        snap = feed.snapshot(windows=RECENT if as_json else ())
+    finally:
+        feed.stop()
+    return _print(snap, manifest, as_json)
+
+
+def once_replay(timeline: Timeline, manifest: Manifest | None, as_json: bool) -> int:
+    """The snapshot at the end of the recording; what the file lost goes to stderr, as `dump` says it."""
+    from eagle3_top.tui.replay_feed import ReplayFeed
+
+    feed = ReplayFeed(timeline, manifest=manifest)
+    feed.run_to_end()
+    feed.settle_findings(timeline.now())
+    code = _print(feed.snapshot(windows=RECENT if as_json else ()), manifest, as_json)
+    for line in timeline.damage():
+        print(f"eagle3-top: {timeline.path}: {printable(line, 300)}", file=sys.stderr)
+    return code
+
+
+def _print(snap: Snapshot, manifest: Manifest | None, as_json: bool) -> int:
+    from eagle3_top.tui.snapshot_json import snapshot_json
+    from eagle3_top.tui.snapshot_text import snapshot_text
+
+    if as_json:
+        print(json.dumps(snapshot_json(snap, manifest), indent=1, allow_nan=False))
+    else:
+        print(snapshot_text(snap))
+    return EXIT_OK if snap.sources else EXIT_PARTIAL
