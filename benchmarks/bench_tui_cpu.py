@@ -109,7 +109,9 @@ def share(pid: int, seconds: float) -> float:
 
 def monitor_pid(session: str) -> int:
     """The monitor's python process: the pane's shell command is `exec`ed, so it is the pane pid."""
-    out = subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True, text=True
+    )
     return int(out.stdout.strip())
 
 
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=float, default=100.0, help="step events/s, both sources together")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--interval", type=float, help="the monitor's -i (default: its own)")
     ns = ap.parse_args(argv)
     if shutil.which("tmux") is None:
         print("# bench_tui_cpu: needs tmux, skipped")
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     pub.start()
     endpoints = q.get(timeout=60)
     session = f"bench-{uuid.uuid4().hex[:8]}"
-    cmd = f"exec env -u COLUMNS -u LINES {sys.executable} -m eagle3_top.tui.cli {' '.join(endpoints)}"
+    interval = [] if ns.interval is None else ["-i", str(ns.interval)]
+    cmd = f"exec env -u COLUMNS -u LINES {sys.executable} -m eagle3_top.tui.cli {' '.join(endpoints + interval)}"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "30", cmd], check=True)
     raw = ctx.Process(target=_raw, args=(endpoints, stop), daemon=True)
     raw.start()
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         stop.set()
         pub.join(10)
         raw.join(10)
-    print(f"# bench_tui_cpu ({machine()}): two sources, {ns.rate:,.0f} step events/s, tmux 120x30")
+    every = "" if ns.interval is None else f", -i {ns.interval:g}"
+    print(f"# bench_tui_cpu ({machine()}): two sources, {ns.rate:,.0f} step events/s, tmux 120x30{every}")
     print(
         f"  monitor {app:6.1%} of a core ({app / ns.rate * 1000:.1%} per 1,000 events/s), RSS {rss:.0f} MB;"
         f" raw SUB + unpackb {floor:6.1%}"

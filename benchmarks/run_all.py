@@ -18,6 +18,7 @@ from benchmarks import (
     bench_record_e2e,
     bench_replay,
     bench_tracer_overhead,
+    bench_tui_cpu,
     bench_tui_ingest,
 )
 
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     bench_record.main(["--events", "30000", "--rounds", "1", "--no-hour"] if ns.quick else [])
     bench_record_e2e.main(["--seconds", "2", "--rounds", "1"] if ns.quick else [])
     bench_replay.main(["--seconds", "120", "--rounds", "1"] if ns.quick else [])
+    for rate in ("100", "1000"):
+        bench_tui_cpu.main(["--rate", rate, "--seconds", "5" if ns.quick else "15"])
     bench_hostile_flood.main(["--frames", "40000" if ns.quick else "240000"])
 
 

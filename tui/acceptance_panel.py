@@ -5,9 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Sparkline
 
 from .snapshot import SourceSnapshot, window_label
+from .text_panel import TextPanel
 
 
 def render_headline(src: SourceSnapshot | None) -> Text:
@@ -37,7 +38,7 @@ class AcceptancePanel(Vertical):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.headline = Static("", id="acc-headline")
+        self.headline = TextPanel("", id="acc-headline")
         self.spark = Sparkline([], summary_function=max, id="acc-history")
 
     def compose(self) -> ComposeResult:
@@ -45,7 +46,7 @@ class AcceptancePanel(Vertical):
         yield self.spark
 
     def update_from(self, src: SourceSnapshot | None) -> None:
-        self.headline.update(render_headline(src))
+        self.headline.show(render_headline(src))
         spark = self.spark
         hist = [] if src is None else list(src.summary.history)
         # Drop the leading seconds before the source started, so the line fills the width.

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from .snapshot import SourceSnapshot
+from .text_panel import TextPanel
 
 _STYLE = {"error": ("✖", "bold red"), "warning": ("▲", "bold yellow"), "info": ("•", "cyan")}
 
@@ -42,7 +42,7 @@ def render_findings(src: SourceSnapshot | None, lines: int, has_manifest: bool) 
     return t
 
 
-class FindingsPanel(Static):
+class FindingsPanel(TextPanel):
     def __init__(self, has_manifest: bool = False, **kwargs) -> None:
         super().__init__("", **kwargs)
         self.has_manifest = has_manifest
@@ -50,4 +50,4 @@ class FindingsPanel(Static):
     def update_from(self, src: SourceSnapshot | None) -> None:
         n = len(src.findings) if src is not None else 0
         self.styles.height = max(1, min(3, n)) + 1  # + the border line
-        self.update(render_findings(src, 3, self.has_manifest))
+        self.show(render_findings(src, 3, self.has_manifest))

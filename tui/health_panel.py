@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from .fmt import short
 from .snapshot import Snapshot, SourceSnapshot
+from .text_panel import TextPanel
 
 
 def _kv(t: Text, k: str, v: object, bad: bool = False) -> None:
@@ -70,9 +70,9 @@ def render_health(src: SourceSnapshot | None, snap: Snapshot, width: int) -> Tex
     return t
 
 
-class HealthPanel(Static):
+class HealthPanel(TextPanel):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
 
     def update_from(self, src: SourceSnapshot | None, snap: Snapshot) -> None:
-        self.update(render_health(src, snap, self.size.width or 100))
+        self.show(render_health(src, snap, self.size.width or 100))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from .fmt import vblock
 from .snapshot import SourceSnapshot
+from .text_panel import TextPanel
 
 
 def render_histogram(src: SourceSnapshot | None, width: int, height: int) -> Text:
@@ -37,9 +37,9 @@ def render_histogram(src: SourceSnapshot | None, width: int, height: int) -> Tex
     return t
 
 
-class Histogram(Static):
+class Histogram(TextPanel):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
 
     def update_from(self, src: SourceSnapshot | None) -> None:
-        self.update(render_histogram(src, self.size.width or 48, self.size.height or 5))
+        self.show(render_histogram(src, self.size.width or 48, self.size.height or 5))

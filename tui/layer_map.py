@@ -7,10 +7,10 @@ live fingerprint is far from training's, is red; the findings strip below it car
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from .fmt import num
 from .snapshot import SourceSnapshot
+from .text_panel import TextPanel
 
 
 def render_layer_map(src: SourceSnapshot | None) -> Text:
@@ -39,8 +39,8 @@ def render_layer_map(src: SourceSnapshot | None) -> Text:
     return t
 
 
-class LayerMap(Static):
+class LayerMap(TextPanel):
     def update_from(self, src: SourceSnapshot | None) -> None:
         rows = len(src.layer_rows) if src is not None else 0
         self.styles.height = (rows + 1 if rows else 1) + 1  # + the border line
-        self.update(render_layer_map(src))
+        self.show(render_layer_map(src))

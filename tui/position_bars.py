@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from .fmt import hbar
 from .snapshot import SourceSnapshot
+from .text_panel import TextPanel
 
 
 def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Text:
@@ -62,9 +62,9 @@ def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Tex
     return t
 
 
-class PositionBars(Static):
+class PositionBars(TextPanel):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
 
     def update_from(self, src: SourceSnapshot | None) -> None:
-        self.update(render_positions(src, self.size.width or 48, self.size.height or 12))
+        self.show(render_positions(src, self.size.width or 48, self.size.height or 12))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from eagle3_top.tracer.analysis.probe_compare import MATCH_COSINE, verdict_for
 from rich.text import Text
-from textual.widgets import Static
 
 from .snapshot import SourceSnapshot
+from .text_panel import TextPanel
 
 
 def _cell_style(v: float, matched: bool) -> str:
@@ -53,9 +53,9 @@ def render_probe(src: SourceSnapshot | None) -> Text:
     return t
 
 
-class ProbePanel(Static):
+class ProbePanel(TextPanel):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
 
     def update_from(self, src: SourceSnapshot | None) -> None:
-        self.update(render_probe(src))
+        self.show(render_probe(src))

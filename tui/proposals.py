@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from .fmt import short
 from .snapshot import SourceSnapshot
+from .text_panel import TextPanel
 
 
 def render_proposals(src: SourceSnapshot | None, width: int) -> Text:
@@ -32,9 +32,9 @@ def render_proposals(src: SourceSnapshot | None, width: int) -> Text:
     return t
 
 
-class Proposals(Static):
+class Proposals(TextPanel):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
 
     def update_from(self, src: SourceSnapshot | None) -> None:
-        self.update(render_proposals(src, self.size.width or 100))
+        self.show(render_proposals(src, self.size.width or 100))

@@ -75,7 +75,6 @@ class SourcesTable(DataTable):
 
     def update_from(self, snap: Snapshot) -> None:
         if not snap.sources:
-            eps = ", ".join(f"{ep} {st}" for ep, st in snap.endpoints) or "no endpoint"
             state = snap.endpoints[0][1] if len(snap.endpoints) == 1 else "waiting"
             style = "bold red" if "down" in state or "fail" in state else "yellow"
             self._set_row(
@@ -87,7 +86,9 @@ class SourcesTable(DataTable):
                     "—",
                     "—",
                     "—",
-                    Text(eps, style="dim"),
+                    # the endpoints are in the status bar: a long list here would widen this
+                    # column for good (a DataTable's columns never narrow again)
+                    "—",
                     "—",
                 ],
             )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from eagle3_top.tracer.schema import SPEC_KEYS
 from rich.text import Text
-from textual.widgets import Static
 
 from .fmt import layers, short
 from .snapshot import SourceSnapshot
+from .text_panel import TextPanel
 
 SPEC_LABELS = {
     "algorithm": "algorithm",
@@ -92,7 +92,7 @@ def render_spec(src: SourceSnapshot | None, width: int = 60) -> Text:
     return t
 
 
-class SpecPanel(Static):
+class SpecPanel(TextPanel):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
         self._last: object = None
@@ -102,4 +102,4 @@ class SpecPanel(Static):
         if key == self._last:
             return
         self._last = key
-        self.update(render_spec(src, self.size.width or 60))
+        self.show(render_spec(src, self.size.width or 60))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from eagle3_top.tracer.replay import Position, speed_label
 from rich.text import Text
-from textual.widgets import Static
 
 from .snapshot import Snapshot, window_label
+from .text_panel import TextPanel
 
 SCRUBBER_CELLS = 24
 
@@ -79,7 +79,7 @@ def render_status(
     return t
 
 
-class StatusBar(Static):
+class StatusBar(TextPanel):
     def __init__(self, title: str, **kwargs) -> None:
         super().__init__("", **kwargs)
         self.title_text = title
@@ -92,4 +92,4 @@ class StatusBar(Static):
         replay: Position | None = None,
         recording: str | None = None,
     ) -> None:
-        self.update(render_status(self.title_text, snap, paused, error, replay, recording))
+        self.show(render_status(self.title_text, snap, paused, error, replay, recording))
