@@ -45,8 +45,12 @@ class AcceptanceStats:
         self._rate_window_s = rate_window_s
         # per wall-clock second: [second, request_steps, sum_accept_len, verify_steps, tokens]
         self._buckets: deque[list[float]] = deque(maxlen=history_s + 1)
-        # the same seconds' tallies by position, for the windowed figures: (counts, proposed, drafts)
-        self._by_position: deque[tuple[np.ndarray, np.ndarray, list[int]]] = deque(maxlen=history_s + 1)
+        # The running tallies as they stood when each of those seconds began: a window's figures
+        # are the tallies now less those at its first second (two array copies a second, nothing
+        # per step). (second, counts, proposed, request_steps, verify_steps, tokens, drafts_proposed)
+        self._marks: deque[tuple[float, np.ndarray, np.ndarray, int, int, int, int]] = deque(
+            maxlen=history_s + 1
+        )
 
     def add(self, accepted: np.ndarray, n: int, ts: float, depth: int | None = None) -> None:
         """One verify step: ``accepted`` per request (drafts, bonus excluded), verify width ``n``."""
@@ -61,23 +65,20 @@ class AcceptanceStats:
         if b == 0:
             return
         depth = min(max(n - 1 if depth is None else depth, 0), MAX_POSITIONS)
-        counts = np.bincount(np.minimum(accepted, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
-        self.counts += counts
+        sec = float(int(ts))
+        if not self._buckets or self._buckets[-1][0] != sec:
+            self._buckets.append([sec, 0.0, 0.0, 0.0, 0.0])
+            self._marks.append(
+                (sec, self.counts.copy(), self.proposed.copy(), self.request_steps, self.verify_steps,
+                 self.tokens, self.drafts_proposed)
+            )  # fmt: skip
+        self.counts += np.bincount(np.minimum(accepted, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
         self.proposed[1 : depth + 1] += b
         committed = int(accepted.sum()) + b * BONUS  # the request-steps' accept lengths, summed
         self.request_steps += b
         self.verify_steps += steps
         self.drafts_proposed += b * depth
         self.tokens += committed
-        sec = float(int(ts))
-        if not self._buckets or self._buckets[-1][0] != sec:
-            self._buckets.append([sec, 0.0, 0.0, 0.0, 0.0])
-            zeros = np.zeros(MAX_POSITIONS + 1, dtype=np.int64)
-            self._by_position.append((zeros, zeros.copy(), [0]))
-        pc, pp, pd = self._by_position[-1]
-        pc += counts
-        pp[1 : depth + 1] += b
-        pd[0] += b * depth
         bucket = self._buckets[-1]
         bucket[1] += b
         bucket[2] += committed
@@ -91,22 +92,16 @@ class AcceptanceStats:
             counts, proposed = self.counts, self.proposed
             rs, vs, tokens, drafts = self.request_steps, self.verify_steps, self.tokens, self.drafts_proposed
         else:
-            counts = np.zeros(MAX_POSITIONS + 1, dtype=np.int64)
-            proposed = np.zeros(MAX_POSITIONS + 1, dtype=np.int64)
-            rs = vs = tokens = drafts = 0
             lo = int(now) - window_s
-            for (sec, b_rs, _, b_vs, b_tok), (pc, pp, pd) in zip(
-                self._buckets, self._by_position, strict=True
-            ):
-                if lo < sec <= now:
-                    counts += pc
-                    proposed += pp
-                    rs, vs, tokens, drafts = (
-                        rs + int(b_rs),
-                        vs + int(b_vs),
-                        tokens + int(b_tok),
-                        drafts + pd[0],
-                    )
+            mark = next((m for m in self._marks if m[0] > lo), None)
+            if mark is None:  # no step in the window
+                counts = proposed = np.zeros(MAX_POSITIONS + 1, dtype=np.int64)
+                rs = vs = tokens = drafts = 0
+            else:
+                _, c0, p0, rs0, vs0, tok0, dr0 = mark
+                counts, proposed = self.counts - c0, self.proposed - p0
+                rs, vs = self.request_steps - rs0, self.verify_steps - vs0
+                tokens, drafts = self.tokens - tok0, self.drafts_proposed - dr0
         # at_least[i] = request-steps with accepted >= i
         at_least = np.cumsum(counts[::-1])[::-1]
         last = int(np.max(np.nonzero(proposed)[0], initial=0))
