@@ -19,29 +19,14 @@ from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import (
     HELLO,
     STEP,
-    AuxWiring,
     DraftClaims,
-    Hello,
-    ModelInfo,
     SourceId,
-    SpecConfig,
     encode,
     step_body,
 )
+from stream_samples import hello
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
-
-
-def hello(claims: DraftClaims | None = None) -> Hello:
-    spec = SpecConfig("EAGLE3", 3, 1, 4)
-    return Hello(
-        engine="test", engine_version="1",
-        model=ModelInfo(target_path="/t", draft_path="/d", num_layers=8, hidden_size=64),
-        requested=spec, effective=spec, claims=claims,
-        aux=AuxWiring(declared_ids=[-1, 3, 4], ids_location="eagle_config", ids_read=[-1, 3, 4],
-                      capture_native=[0, 4, 5], capture_canonical=[-1, 3, 4], family="llama", slots=3,
-                      width=192, expected_width=192),
-    )  # fmt: skip
 
 
 def publish_steps(pub: Publisher, count: int, accepted: int, batch: int = 8, seed: int = 0) -> None:

@@ -103,3 +103,31 @@ def test_interval_and_once_arguments_are_checked() -> None:
     }.items():
         r = run(*args)
         assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_baseline_says_whether_speculation_pays_off() -> None:
+    """The motivating case: speculation running slower than the same server without it. The
+    healthy engine beats a 300 tok/s baseline, the mis-wired one does not, and the break-even
+    accept length is the measured one scaled by baseline / measured."""
+    sample = str(EXAMPLES / "demo.mcap")
+    r = run("--replay", sample, "--json", "--baseline-tok-s", "300")
+    assert r.returncode == 0, r.stderr
+    srcs = sorted(json.loads(r.stdout)["sources"], key=lambda s: s["acceptance"]["accept_length"])
+    bad, good = srcs
+    for s in srcs:
+        p = s["payoff"]
+        assert p["baseline_tok_s"] == 300 and p["speedup"] == p["tok_s"] / 300
+        assert abs(p["break_even_accept_length"] - p["accept_length"] * 300 / p["tok_s"]) < 1e-9
+    assert bad["payoff"]["speedup"] < 1 < good["payoff"]["speedup"]
+    slower = [f for f in bad["findings"] if f["code"] == "SPECULATION_SLOWER_THAN_BASELINE"]
+    assert len(slower) == 1 and slower[0]["severity"] == "error"
+    assert slower[0]["evidence"]["break_even_accept_length"] == bad["payoff"]["break_even_accept_length"]
+    assert not any(f["code"] == "SPECULATION_SLOWER_THAN_BASELINE" for f in good["findings"])
+    text = run("--replay", sample, "--once", "--baseline-tok-s", "300").stdout
+    assert "without speculation (x0." in text and "break-even accept length" in text
+    plain = json.loads(run("--replay", sample, "--json").stdout)  # no baseline, no verdict on it
+    assert all(s["payoff"] is None for s in plain["sources"])
+    assert "SPECULATION_SLOWER_THAN_BASELINE" not in json.dumps(plain)
+    for bad_value in ("0", "-5", "fast", "inf"):
+        b = run("--replay", sample, "--once", "--baseline-tok-s", bad_value)
+        assert b.returncode == 2 and "a positive number" in b.stderr, bad_value

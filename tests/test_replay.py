@@ -549,9 +549,13 @@ async def test_training_acc_i_stands_beside_the_served_rates() -> None:
     from eagle3_top.tracer.analysis.manifest import load_manifest
 
     manifest = load_manifest(str(EXAMPLES / "demo-manifest.json"))
-    app = ReplayApp(Timeline(str(EXAMPLES / "demo.mcap"), speed=None), manifest=manifest, refresh_hz=20)
+    timeline = Timeline(str(EXAMPLES / "demo.mcap"), speed=None)
+    app = ReplayApp(timeline, manifest=manifest, refresh_hz=20, baseline_tok_s=300)
     async with app.run_test(size=(140, 40)) as pilot:
         await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
         want = f"◂{manifest.training_acc[0]:.2f}"
         await wait_until(pilot, lambda: want in screen_text(app), what="acc_i beside cond")
         assert "◂ acc_i" in screen_text(app)
+        # and against the baseline given: the healthy engine (selected first) beats 300 tok/s
+        await wait_until(pilot, lambda: "vs no speculation x1." in screen_text(app), what="the payoff")
+        assert "break-even accept len" in screen_text(app)

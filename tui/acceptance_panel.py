@@ -28,6 +28,13 @@ def render_headline(src: SourceSnapshot | None) -> Text:
     t.append(" tok/s  ", style="dim")
     t.append(f"{s.verify_steps:,} steps", style="dim")
     t.append(f"  {window_label(src.window_s)}", style="bold cyan" if src.window_s else "dim")
+    p = src.payoff
+    if p is not None:
+        t.append("\nvs no speculation ", style="dim")
+        t.append(f"x{p.speedup:.2f}", style="bold green" if p.speedup >= 1 else "bold red")
+        t.append(f" of {p.baseline_tok_s:,.0f} tok/s", style="dim")
+        t.append("  break-even accept len ", style="dim")
+        t.append(f"{p.break_even_accept_length:.2f}", style="bold")
     if src.last_n:
         t.append(f"  b{src.last_batch}×{src.last_n}", style="dim")
     return t

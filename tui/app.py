@@ -57,6 +57,7 @@ class Eagle3TopApp(App[None]):
         feed: Feed | None = None,
         curve: CurveClient | None = None,
         record_dir: str = ".",
+        baseline_tok_s: float | None = None,
     ) -> None:
         super().__init__()
         self.endpoints = list(endpoints)
@@ -69,6 +70,7 @@ class Eagle3TopApp(App[None]):
             manifest=manifest,
             stale_after_s=stale_after_s,
             subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
+            baseline_tok_s=baseline_tok_s,
         )
         self.paused = False
         self.window_s: int | None = None  # acceptance over the last so many seconds; None: since start
@@ -248,6 +250,7 @@ def run_app(
     on_exit: Iterable[Callable[[], object]] = (),
     curve: CurveClient | None = None,
     record_dir: str = ".",
+    baseline_tok_s: float | None = None,
 ) -> None:
     """Run the live view until the user quits (q / ctrl+c)."""
     Eagle3TopApp(
@@ -256,6 +259,7 @@ def run_app(
         manifest=manifest,
         curve=curve,
         record_dir=record_dir,
+        baseline_tok_s=baseline_tok_s,
         refresh_hz=refresh_hz,
         stale_after_s=stale_after_s,
         on_exit=on_exit,

@@ -10,6 +10,7 @@ from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.findings import Finding, worst_first
 from eagle3_top.tracer.analysis.layer_map import SlotRow, layer_map
 from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.analysis.payoff import payoff_finding
 from eagle3_top.tracer.schema import Hello
 
 FINDINGS_EVERY_S = 1.0
@@ -31,6 +32,7 @@ class _Due:
 @dataclass
 class Diagnoser:
     manifest: Manifest | None = None
+    baseline_tok_s: float | None = None  # the server's tok/s without speculation, if the user gave it
     every_s: float = FINDINGS_EVERY_S
     _due: dict[str, _Due] = field(default_factory=dict)
     _evictions_seen: int = 0
@@ -54,7 +56,9 @@ class Diagnoser:
                 continue
             due.at, due.hello = now, st.hello
             try:
-                found = worst_first(diagnose(st, self.manifest))
+                found = diagnose(st, self.manifest)
+                slower = payoff_finding(key, st.acceptance, now, self.baseline_tok_s)
+                found = worst_first([*found, slower] if slower else found)
                 rows: tuple[SlotRow, ...] = ()
                 if self.manifest is not None:
                     rows = tuple(layer_map(st.hello, st.aux_merged.merged(), self.manifest))

@@ -44,10 +44,11 @@ class Feed:
         poll_ms: int = 50,
         max_batch: int = 1024,
         clock: Callable[[], float] = time.time,
+        baseline_tok_s: float | None = None,
     ) -> None:
         self.endpoints = list(endpoints)
         self.book = book or EvidenceBook(manifest=manifest)
-        self.diagnoser = Diagnoser(manifest)
+        self.diagnoser = Diagnoser(manifest, baseline_tok_s)
         self.diagnoses: dict[str, Diagnosis] = {}
         self.stale_after_s = stale_after_s
         self._factory = subscriber_factory or (lambda eps: Subscriber(eps))
@@ -153,7 +154,8 @@ class Feed:
         refresh to catch up). A diagnoser of its own: the worker's runs outside the lock."""
         now = self._clock() if now is None else now
         with self._lock:  # the worker cannot fold events in meanwhile
-            fresh, _ = Diagnoser(self.diagnoser.manifest).run(self.book, now, force=True)
+            judge = Diagnoser(self.diagnoser.manifest, self.diagnoser.baseline_tok_s)
+            fresh, _ = judge.run(self.book, now, force=True)
             self.diagnoses.update(fresh)
 
     # -- UI side ---------------------------------------------------------------------------------
@@ -189,4 +191,5 @@ class Feed:
                 stale_after_s=self.stale_after_s,
                 window_s=window_s,
                 windows=windows,
+                baseline_tok_s=self.diagnoser.baseline_tok_s,
             )

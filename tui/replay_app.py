@@ -38,14 +38,19 @@ class ReplayApp(Eagle3TopApp):
     ]
 
     def __init__(
-        self, timeline: Timeline, *, manifest: Manifest | None = None, refresh_hz: float = 4.0
+        self,
+        timeline: Timeline,
+        *,
+        manifest: Manifest | None = None,
+        refresh_hz: float = 4.0,
+        baseline_tok_s: float | None = None,
     ) -> None:
         self.timeline = timeline
         super().__init__(
             [],
             title=f"eagle3-top replay {os.path.basename(timeline.path)}",
             manifest=manifest,
-            feed=ReplayFeed(timeline, manifest=manifest),
+            feed=ReplayFeed(timeline, manifest=manifest, baseline_tok_s=baseline_tok_s),
             refresh_hz=refresh_hz,
         )
 
@@ -108,8 +113,14 @@ class ReplayApp(Eagle3TopApp):
         self._moved()
 
 
-def run_replay(timeline: Timeline, *, manifest: Manifest | None = None, refresh_hz: float = 4.0) -> None:
+def run_replay(
+    timeline: Timeline,
+    *,
+    manifest: Manifest | None = None,
+    refresh_hz: float = 4.0,
+    baseline_tok_s: float | None = None,
+) -> None:
     """Replay until the user quits (q / ctrl+c); then what the file lost, on stderr, where it stays."""
-    ReplayApp(timeline, manifest=manifest, refresh_hz=refresh_hz).run()
+    ReplayApp(timeline, manifest=manifest, refresh_hz=refresh_hz, baseline_tok_s=baseline_tok_s).run()
     for line in timeline.damage():
         print(f"eagle3-top: {timeline.path}: {printable(line, 300)}", file=sys.stderr)

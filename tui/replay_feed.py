@@ -41,6 +41,7 @@ class ReplayFeed(Feed):
         poll_ms: int = 50,
         max_batch: int = 2048,
         checkpoint_every: int = CHECKPOINT_EVERY,
+        baseline_tok_s: float | None = None,
     ) -> None:
         super().__init__(
             [],
@@ -49,6 +50,7 @@ class ReplayFeed(Feed):
             poll_ms=poll_ms,
             max_batch=max_batch,
             clock=timeline.now,
+            baseline_tok_s=baseline_tok_s,
         )
         self.timeline = timeline
         self._manifest = manifest
@@ -127,7 +129,7 @@ class ReplayFeed(Feed):
             book, ledger = copy.deepcopy(saved, memo)
         with self._lock:
             self.book, self._sub = book, ledger
-            self.diagnoser = Diagnoser(self._manifest)
+            self.diagnoser = Diagnoser(self._manifest, self.diagnoser.baseline_tok_s)
             self.diagnoses.clear()
 
     def _settled(self) -> bool:

@@ -15,6 +15,7 @@ from eagle3_top.tracer.analysis.acceptance import AcceptanceSummary
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.findings import Finding
 from eagle3_top.tracer.analysis.layer_map import SlotRow
+from eagle3_top.tracer.analysis.payoff import Payoff, payoff_now
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
 from eagle3_top.tracer.schema import AuxSample, Health, Hello, StepView
 from eagle3_top.tracer.subscriber import Loss
@@ -86,6 +87,7 @@ class SourceSnapshot:
     window_s: int | None = None  # what ``summary`` covers: the last so many seconds, or since start
     training_acc: tuple[float, ...] = ()  # acc_i: the manifest's training metrics, else the draft's claims
     windows: tuple[tuple[int, AcceptanceSummary], ...] = ()  # other windows, when asked for (--json)
+    payoff: Payoff | None = None  # against the baseline tok/s the user gave, over the rate window
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,7 @@ def take_snapshot(
     proposals: int = PROPOSAL_ROWS,
     window_s: int | None = None,
     windows: tuple[int, ...] = (),
+    baseline_tok_s: float | None = None,
 ) -> Snapshot:
     """An immutable view of every source; the caller holds the book's lock. ``window_s``: the
     acceptance figures over the last so many seconds instead of since start; ``windows``: more
@@ -202,6 +205,7 @@ def take_snapshot(
         age = max(0.0, now - st.last_seen)
         sv = st.latest_step()
         diag = diagnoses.get(key) or _NO_DIAGNOSIS
+        summary = st.acceptance.summary(now, window_s)
         out.append(
             SourceSnapshot(
                 key=key,
@@ -213,7 +217,7 @@ def take_snapshot(
                 hello=st.hello,
                 health=st.health,
                 aux=st.aux,
-                summary=st.acceptance.summary(now, window_s),
+                summary=summary,
                 proposals=proposal_rows(sv, proposals),
                 last_batch=sv.batch if sv else 0,
                 last_n=sv.n if sv else 0,
@@ -239,6 +243,7 @@ def take_snapshot(
                 window_s=window_s,
                 training_acc=_training_acc(book, st.hello),
                 windows=tuple((w, st.acceptance.summary(now, w)) for w in windows),
+                payoff=payoff_now(st.acceptance, now, baseline_tok_s),
             )
         )
     return Snapshot(

@@ -88,6 +88,8 @@ def _source(src: SourceSnapshot, snap: Snapshot, manifest: Manifest | None) -> d
             }
             for w, r in src.windows
         },
+        # with --baseline-tok-s: over the last seconds, the rate and the accept length compared
+        "payoff": None if src.payoff is None else dataclasses.asdict(src.payoff),
         "last_step": {"batch": src.last_batch, "n": src.last_n, "topk": src.last_topk},
         "events": {
             "received": src.received,

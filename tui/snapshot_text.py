@@ -63,6 +63,12 @@ def _details(src: SourceSnapshot) -> list[str]:
         cond = " ".join(f"{x:.2f}" for x in s.conditional)
         uncond = " ".join(f"{x:.2f}" for x in s.unconditional)
         out.append(f"{printable(src.key, 120)}: by position, conditional {cond}; unconditional {uncond}")
+    p = src.payoff
+    if p is not None:
+        out.append(
+            f"{printable(src.key, 120)}: {p.tok_s:,.1f} tok/s vs {p.baseline_tok_s:,.1f} without speculation "
+            f"(x{p.speedup:.2f}); break-even accept length {p.break_even_accept_length:.2f}, now {p.accept_length:.2f}"
+        )
     if src.findings_error:
         out.append(f"  {printable(src.findings_error, 300)}")
     for f in src.findings:

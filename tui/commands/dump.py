@@ -11,7 +11,6 @@ import argparse
 import fnmatch
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from eagle3_top.tracer.schema import KINDS, DecodeError, Event, decode
 
 from .frame_json import frame_json
 from .frame_text import frame_summary
-from .report import EXIT_OK, EXIT_PARTIAL, fail, parse, safe
+from .report import EXIT_OK, EXIT_PARTIAL, fail, parse, quiet_stdout, safe
 
 PROG = "eagle3-top dump"
 UNDECODABLE = "undecodable"  # a frame that is not a v1 event
@@ -162,16 +161,6 @@ def _dump(reader: RecordingReader, ns: argparse.Namespace) -> None:
         raise _OutputError(exc.strerror or str(exc)) from None
 
 
-def _quiet_stdout() -> None:
-    """After a closed pipe, point stdout at /dev/null: the interpreter's last flush at exit would
-    otherwise print a BrokenPipeError of its own."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no real descriptor behind stdout (a test's capture)
-        pass
-
-
 def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
@@ -184,7 +173,7 @@ def main(argv: list[str]) -> int:
     try:
         _dump(reader, ns)
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         return EXIT_OK
     except _OutputError as exc:
         return fail(PROG, f"writing the output: {exc}")

@@ -48,6 +48,13 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
         "or at the end of --replay FILE; exit 0, or 3 when no source was heard",
     )
     p.add_argument(
+        "--baseline-tok-s",
+        type=positive_arg,
+        metavar="X",
+        help="the same server's tok/s without speculation, at the same load: shows the speed-up, the "
+        "break-even accept length, and a finding when speculation is slower",
+    )
+    p.add_argument(
         "--json", action="store_true", help="the snapshot as JSON (docs/snapshot.md); implies --once"
     )
     p.add_argument(
@@ -102,7 +109,9 @@ def main(argv: list[str], usage: str | None = None) -> int:
     if ns.once:
         from .once import ONCE_INTERVAL_S, once_live
 
-        return once_live(endpoints, manifest, curve, ns.interval or ONCE_INTERVAL_S, ns.json)
+        return once_live(
+            endpoints, manifest, curve, ns.interval or ONCE_INTERVAL_S, ns.json, ns.baseline_tok_s
+        )
     from eagle3_top.tui.app import run_app
 
     run_app(
@@ -111,6 +120,7 @@ def main(argv: list[str], usage: str | None = None) -> int:
         curve=curve,
         record_dir=ns.record_dir,
         refresh_hz=1.0 / (ns.interval or LIVE_INTERVAL_S),
+        baseline_tok_s=ns.baseline_tok_s,
     )
     return EXIT_OK
 
@@ -132,6 +142,16 @@ def interval_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{text!r}: seconds between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g}"
         )
+    return v
+
+
+def positive_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v < float("inf"):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r}: a positive number")
     return v
 
 
@@ -171,7 +191,7 @@ def _replay(ns: argparse.Namespace) -> int:
             return fail("eagle3-top", "--once reads the file as it stands; give no --follow with it")
         from .once import once_replay
 
-        return once_replay(timeline, manifest, ns.json)
+        return once_replay(timeline, manifest, ns.json, ns.baseline_tok_s)
     if not _terminal():
         return fail(
             "eagle3-top",
@@ -180,5 +200,10 @@ def _replay(ns: argparse.Namespace) -> int:
         )
     from eagle3_top.tui.replay_app import run_replay
 
-    run_replay(timeline, manifest=manifest, refresh_hz=1.0 / (ns.interval or REPLAY_INTERVAL_S))
+    run_replay(
+        timeline,
+        manifest=manifest,
+        refresh_hz=1.0 / (ns.interval or REPLAY_INTERVAL_S),
+        baseline_tok_s=ns.baseline_tok_s,
+    )
     return EXIT_OK

@@ -16,7 +16,7 @@ from eagle3_top.tracer.curve import CurveClient
 from eagle3_top.tracer.replay import Timeline
 from eagle3_top.tracer.schema.text import printable
 
-from .report import EXIT_OK, EXIT_PARTIAL
+from .report import EXIT_OK, EXIT_PARTIAL, quiet_stdout
 
 if TYPE_CHECKING:
     from eagle3_top.tui.snapshot import Snapshot
@@ -31,11 +31,17 @@ def once_live(
     curve: CurveClient | None,
     interval_s: float,
     as_json: bool,
+    baseline_tok_s: float | None = None,
 ) -> int:
     from eagle3_top.tracer.subscriber import Subscriber
     from eagle3_top.tui.feed import Feed
 
-    feed = Feed(endpoints, manifest=manifest, subscriber_factory=lambda eps: Subscriber(eps, curve=curve))
+    feed = Feed(
+        endpoints,
+        manifest=manifest,
+        subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
+        baseline_tok_s=baseline_tok_s,
+    )
     feed.start()
     try:
         time.sleep(interval_s)
@@ -46,11 +52,13 @@ def once_live(
     return _print(snap, manifest, as_json)
 
 
-def once_replay(timeline: Timeline, manifest: Manifest | None, as_json: bool) -> int:
+def once_replay(
+    timeline: Timeline, manifest: Manifest | None, as_json: bool, baseline_tok_s: float | None = None
+) -> int:
     """The snapshot at the end of the recording; what the file lost goes to stderr, as `dump` says it."""
     from eagle3_top.tui.replay_feed import ReplayFeed
 
-    feed = ReplayFeed(timeline, manifest=manifest)
+    feed = ReplayFeed(timeline, manifest=manifest, baseline_tok_s=baseline_tok_s)
     feed.run_to_end()
     feed.settle_findings(timeline.now())
     code = _print(feed.snapshot(windows=RECENT if as_json else ()), manifest, as_json)
@@ -63,8 +71,12 @@ def _print(snap: Snapshot, manifest: Manifest | None, as_json: bool) -> int:
     from eagle3_top.tui.snapshot_json import snapshot_json
     from eagle3_top.tui.snapshot_text import snapshot_text
 
-    if as_json:
-        print(json.dumps(snapshot_json(snap, manifest), indent=1, allow_nan=False))
-    else:
-        print(snapshot_text(snap))
+    try:
+        if as_json:
+            print(json.dumps(snapshot_json(snap, manifest), indent=1, allow_nan=False))
+        else:
+            print(snapshot_text(snap))
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader had enough (`| head`)
+        quiet_stdout()
     return EXIT_OK if snap.sources else EXIT_PARTIAL

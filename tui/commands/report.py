@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -92,3 +93,13 @@ def stderr_progress(command: str) -> Iterator[Progress]:
         yield p
     finally:
         p.clear()
+
+
+def quiet_stdout() -> None:
+    """After a closed pipe (``| head``), point stdout at /dev/null: the interpreter's last flush at
+    exit would otherwise print a BrokenPipeError of its own."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real descriptor behind stdout (a test's capture)
+        pass
