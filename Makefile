@@ -11,7 +11,7 @@ SGLANG_TESTS := tests/test_sglang_*.py
 
 # The monitor alone (a laptop that tails or replays): no torch.
 $(VENV)/.installed-core: $(BIN)/python pyproject.toml
-	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e .
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[text]"
 	touch $@
 
 .PHONY: demo replay test test-sglang-versions lint bench clean
@@ -24,7 +24,7 @@ $(BIN)/python:
 # directories are mapped (package-dir): informational, and nothing to act on, so filtered by name.
 $(VENV)/.installed: $(BIN)/python pyproject.toml .ci/requirements-sglang.txt
 	$(BIN)/pip install -q "$(TORCH)"
-	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[torch,dev]"
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[torch,dev,text]"
 	touch $@
 
 # SGLang's real classes for the CPU tests of the SGLang hooks: sglang without its GPU dependencies.
@@ -54,7 +54,7 @@ demo: $(VENV)/.installed
 
 # A recorded session of the demo's two engines (examples/make_demo_recording.py made it).
 replay: $(VENV)/.installed-core
-	$(BIN)/eagle3-top --replay examples/demo.mcap --manifest examples/demo-manifest.json
+	$(BIN)/eagle3-top --replay examples/demo.mcap --manifest examples/demo-manifest.json --tokenizer hooks/toy/weights/target
 
 test: $(VENV)/.installed-sglang $(VENV)/.installed-sglang-$(SGLANG_OLDEST) $(VENV)/.installed-triton
 	EAGLE3_TOP_TEST_TRITON=$(abspath $(VENV))/triton-interp $(BIN)/python -m pytest -q

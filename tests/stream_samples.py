@@ -41,6 +41,29 @@ def step(i: int, batch: int = 4, max_accept: int = 3) -> dict[str, object]:
     )  # fmt: skip
 
 
+LIFE = 12  # steps each request of ``churn_step`` runs
+
+
+def churn_rids(i: int) -> list[str]:
+    """The requests running at step ``i`` of a server that admits one every third step and runs
+    each for LIFE steps; SGLang's health check joins step 30 for that one step."""
+    first = max(0, (i - LIFE) // 3 + 1)
+    rids = [f"req{r}" for r in range(first, i // 3 + 1)]
+    return rids + ["HEALTH_CHECK_5f3a"] if i == 30 else rids
+
+
+def churn_step(i: int, max_accept: int = 3) -> dict[str, object]:
+    """Step ``i`` of the churning server: request r accepts ``r % max_accept`` drafts every step,
+    so each request's figures are known in advance."""
+    rids = churn_rids(i)
+    acc = np.array([int(r[3:]) % max_accept if r.startswith("req") else 0 for r in rids], np.int32)
+    rng = np.random.default_rng(i)
+    return step_body(
+        step=i, rids=rids, draft=rng.integers(1, 256, (len(rids), 4)).astype(np.int32),
+        accept_lens=acc + 1, tokens=rng.integers(1, 256, int(acc.sum()) + len(rids)).astype(np.int32),
+    )  # fmt: skip
+
+
 T0_NS = 1_780_000_000 * 10**9  # a fixed start, so that times in a test read the same every run
 
 
@@ -50,10 +73,12 @@ def write_session(
     steps_per_s: int = 10,
     src: str = "box:7:r0",
     endpoint: str = "tcp://box:5557",
+    churn: bool = False,
 ) -> int:
     """A session recorded as ``eagle3-top record`` stores it: a hello each second, steps at a steady
     rate, acceptance falling halfway (a draft that got worse: the figures differ by position in
-    time). One receive time per frame. The number of frames written."""
+    time); with ``churn``, requests come and go as ``churn_step`` has them. One receive time per
+    frame. The number of frames written."""
     w = RecordingWriter(path, flush_interval_s=0.0)
     seq = n = 0
     h = hello().to_body()
@@ -64,7 +89,8 @@ def write_session(
                 frame = encode(HELLO, src, seq, t_ns / 1e9, h)
             else:
                 i = s * steps_per_s + k
-                frame = encode(STEP, src, seq, t_ns / 1e9, step(i, max_accept=4 if s < seconds // 2 else 2))
+                body = churn_step(i) if churn else step(i, max_accept=4 if s < seconds // 2 else 2)
+                frame = encode(STEP, src, seq, t_ns / 1e9, body)
             w.add(frame, endpoint, t_ns)
             seq += 1
             n += 1

@@ -38,6 +38,7 @@ def test_wheel_contents(tmp_path) -> None:
         "eagle3_top/tui/app.tcss",
         "eagle3_top/hooks/sglang/plugin.py",
         "eagle3_top/hooks/toy/weights/target/model.pt",
+        "eagle3_top/hooks/toy/weights/target/tokenizer.json",
         "eagle3_top/hooks/toy/weights/draft/config.json",
         "eagle3_top/hooks/toy/weights/draft-ids-not-read/config.json",
     ):

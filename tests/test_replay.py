@@ -228,7 +228,7 @@ async def test_player_keys_move_the_scrubber(session: tuple[str, int]) -> None:
         await pilot.press("5")
         await wait_until(pilot, lambda: " 50%" in screen_text(app).splitlines()[0], what="50%")
         assert "⏸" in screen_text(app).splitlines()[0]
-        await pilot.press("g")
+        await pilot.press("j")
         await pilot.press(*"0:02", "enter")
         await wait_until(
             pilot, lambda: "2.0s / 19.9s" in screen_text(app).splitlines()[0], what="seek to 0:02"
@@ -244,7 +244,7 @@ async def test_player_keys_move_the_scrubber(session: tuple[str, int]) -> None:
         )
         await pilot.press("minus")  # from max down to 100x
         await wait_until(pilot, lambda: "100x" in screen_text(app).splitlines()[0], what="100x")
-        await pilot.press("g", *"soon", "enter")  # a bad answer is one line, and nothing moves
+        await pilot.press("j", *"soon", "enter")  # a bad answer is one line, and nothing moves
         await pilot.pause(0.1)
         assert app.timeline.position().delivered == delivered + 1
 

@@ -130,6 +130,43 @@ async def test_live_numbers_config_rewrite_and_layers(tui_pub):
         assert errors and f"{errors} error" in text.splitlines()[2]
 
 
+async def test_findings_view_lists_each_with_fix_evidence_and_docs(tui_pub):
+    app = Eagle3TopApp([tui_pub.bound_endpoint], refresh_hz=20)
+    async with app.run_test(size=SIZE) as pilot:
+        await joined(pilot, app)
+        await wait_until(pilot, lambda: app.latest.sources[0].findings, what="findings")
+        await pilot.press("f")
+        await wait_until(pilot, shows(app, "docs: docs/findings.md#"), what="the findings view")
+        text = screen_text(app)
+        assert "ERROR   SPEC_PARAM_REWRITTEN" in text
+        assert "num_draft_tokens 16 → 2" in text
+        assert "fix: request what the server will run" in text
+        assert "evidence: param=num_draft_tokens from=16 to=2 reason=" in text
+        assert "docs: docs/findings.md#spec_param_rewritten" in text
+        assert "LAYER_IDS_NOT_READ" in text
+        # the copy is the same text, without colour
+        copied: list[str] = []
+        app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+        await pilot.press("c")
+        assert copied and "SPEC_PARAM_REWRITTEN" in copied[0] and "\x1b" not in copied[0]
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not shows(app, "docs: docs/findings.md#")(), what="back")
+
+
+def test_every_finding_code_has_a_docs_section() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    emitted = set()
+    for path in [*root.glob("tracer/analysis/*.py")]:
+        emitted |= set(re.findall(r'"([A-Z]+(?:_[A-Z]+)+)", (?:ERROR|WARNING|INFO)', path.read_text()))
+        emitted |= set(re.findall(r'Finding\(\s*"([A-Z_]+)"', path.read_text()))
+    sections = set(re.findall(r"^## ([A-Z_]+)$", (root / "docs/findings.md").read_text(), re.M))
+    assert len(emitted) >= 14, emitted
+    assert emitted <= sections, emitted - sections
+
+
 async def test_pause_freezes_display_but_keeps_ingesting(tui_pub):
     app = Eagle3TopApp([tui_pub.bound_endpoint], refresh_hz=20)
     async with app.run_test(size=SIZE) as pilot:

@@ -11,26 +11,36 @@ from collections.abc import Callable, Iterable
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.curve import CurveClient
 from eagle3_top.tracer.subscriber import Subscriber
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer
 
 from .acceptance_panel import AcceptancePanel
+from .config import THEMES, Config
 from .feed import Feed
 from .feed_recording import default_name
 from .findings_panel import FindingsPanel
+from .findings_screen import FindingsScreen
 from .health_panel import HealthPanel
 from .help_screen import HelpScreen
 from .histogram import Histogram
 from .layer_map import LayerMap
+from .plots_screen import PlotsScreen
 from .position_bars import PositionBars
 from .probe_panel import ProbePanel
 from .proposals import Proposals
+from .requests_screen import RequestsScreen
 from .snapshot import WINDOWS, Snapshot, SourceSnapshot, window_label
 from .sources_table import SourcesTable
 from .spec_panel import SpecPanel
 from .status_bar import StatusBar
+from .timeline_screen import TimelineScreen
+from .token_text import TokenText
+from .tokenizer_shelf import TokenizerShelf
+
+NARROW, TALL = 100, 40  # columns and lines of the size classes
 
 
 class Eagle3TopApp(App[None]):
@@ -40,6 +50,9 @@ class Eagle3TopApp(App[None]):
         Binding("p", "toggle_pause", "pause"),
         Binding("r", "toggle_record", "record"),
         Binding("w", "next_window", "window"),
+        Binding("f", "findings", "findings"),
+        Binding("t", "toggle_theme", "light/dark", show=False),
+        Binding("g", "plots", "plots"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("tab", "next_source", "next source", priority=True),
         Binding("shift+tab", "prev_source", "prev source", show=False, priority=True),
@@ -58,8 +71,12 @@ class Eagle3TopApp(App[None]):
         curve: CurveClient | None = None,
         record_dir: str = ".",
         baseline_tok_s: float | None = None,
+        tokenizer: TokenText | None = None,
+        config: Config | None = None,
     ) -> None:
         super().__init__()
+        self.config = cfg = config or Config()
+        self.theme = THEMES[cfg.theme]
         self.endpoints = list(endpoints)
         self.title = title
         self._on_exit = list(on_exit)
@@ -68,9 +85,11 @@ class Eagle3TopApp(App[None]):
         self.feed = feed or Feed(
             self.endpoints,
             manifest=manifest,
-            stale_after_s=stale_after_s,
+            stale_after_s=cfg.thresholds.stale_after_s if config is not None else stale_after_s,
             subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
             baseline_tok_s=baseline_tok_s,
+            thresholds=cfg.thresholds,
+            internal_prefixes=cfg.internal_rid_prefixes,
         )
         self.paused = False
         self.window_s: int | None = None  # acceptance over the last so many seconds; None: since start
@@ -80,6 +99,8 @@ class Eagle3TopApp(App[None]):
         self.ticks = 0
         self.render_error: str | None = None
         self.record_dir = record_dir
+        # --tokenizer for every source, else each source's own beside its model (tokenizer_shelf.py)
+        self.tokenizers = TokenizerShelf(tokenizer)
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -91,7 +112,7 @@ class Eagle3TopApp(App[None]):
         self.acceptance = AcceptancePanel(id="acceptance")
         self.positions = PositionBars(id="positions")
         self.histogram = Histogram(id="histogram")
-        self.proposals = Proposals(id="proposals")
+        self.proposals = Proposals(self.tokenizers, id="proposals")
         self.health = HealthPanel(id="health")
         self.layer_map = LayerMap(id="layer-map")
         self.probe = ProbePanel(id="probe")
@@ -117,7 +138,21 @@ class Eagle3TopApp(App[None]):
         yield self.health
         yield Footer()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._width_class(event.size.width, event.size.height)
+
+    def _width_class(self, width: int, height: int) -> None:
+        """A layout per size class: narrow (< 100 columns) drops table columns and side panels'
+        extras; tall (>= 40 lines) gives the sources table more rows."""
+        main = self.screen_stack[0] if self.screen_stack else None
+        if main is None:
+            return
+        main.set_class(width < NARROW, "-narrow")
+        main.set_class(height >= TALL, "-tall")
+        self.table.set_compact(width < NARROW)
+
     def on_mount(self) -> None:
+        self._width_class(self.size.width, self.size.height)
         self.feed.start()
         self.table.focus()
         self._tick()
@@ -138,7 +173,9 @@ class Eagle3TopApp(App[None]):
             return
         self.ticks += 1
         try:
-            self.latest = self.feed.snapshot(window_s=self.window_s)
+            self.latest = self.feed.snapshot(
+                window_s=self.window_s, requests_for=self._requests_for(), timeline_for=self._timeline_for()
+            )
             if not self.paused:
                 self.shown = self.latest
             self._render_shown()
@@ -150,6 +187,25 @@ class Eagle3TopApp(App[None]):
                 self.status_bar.update_from(self.shown, self.paused, self.render_error)
             except Exception:
                 pass
+
+    def _requests_for(self) -> str | None:
+        """The source whose requests a screen on the stack shows (only that table is copied out)."""
+        for scr in self.screen_stack:
+            if isinstance(scr, (RequestsScreen, TimelineScreen)):
+                return scr.key
+        return None
+
+    def _timeline_for(self) -> tuple[str, str] | None:
+        for scr in self.screen_stack:
+            if isinstance(scr, TimelineScreen):
+                return scr.key, scr.rid
+        return None
+
+    def _render_screen(self, snap: Snapshot) -> None:
+        """A screen over the main one (requests, a timeline) draws from the same snapshot."""
+        update = getattr(self.screen, "update_from", None)
+        if update is not None and self.screen is not self.screen_stack[0]:
+            update(snap)
 
     def _render_status(self) -> None:
         rec = self.feed.recording
@@ -171,6 +227,7 @@ class Eagle3TopApp(App[None]):
             elif self.selected is None and snap.sources:
                 self.selected = snap.sources[0].key
             self._render_detail(snap)
+            self._render_screen(snap)
 
     def _render_detail(self, snap: Snapshot) -> None:
         src: SourceSnapshot | None = snap.source(self.selected)
@@ -186,6 +243,13 @@ class Eagle3TopApp(App[None]):
         if self.manifest is not None:
             self.layer_map.update_from(src)
             self.probe.update_from(src)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a source: its requests."""
+        key = event.row_key.value if event.row_key is not None else None
+        if event.data_table is self.table and key and self.shown is not None and self.shown.source(key):
+            self.push_screen(RequestsScreen(key))
+            self._tick()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
@@ -224,6 +288,20 @@ class Eagle3TopApp(App[None]):
         self.notify(f"acceptance {window_label(self.window_s)}", timeout=1.5)
         self._tick()
 
+    async def action_plots(self) -> None:
+        """The plots screen, drawn at once from the snapshot shown, then at every refresh."""
+        if not any(isinstance(s, PlotsScreen) for s in self.screen_stack):
+            await self.push_screen(PlotsScreen(self.title, self.manifest))
+            self._render_shown()
+
+    def action_toggle_theme(self) -> None:
+        self.theme = THEMES["light"] if self.theme == THEMES["dark"] else THEMES["dark"]
+
+    def action_findings(self) -> None:
+        if not isinstance(self.screen, FindingsScreen):
+            self.push_screen(FindingsScreen(self.selected))
+            self._tick()
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
@@ -251,6 +329,8 @@ def run_app(
     curve: CurveClient | None = None,
     record_dir: str = ".",
     baseline_tok_s: float | None = None,
+    tokenizer: TokenText | None = None,
+    config: Config | None = None,
 ) -> None:
     """Run the live view until the user quits (q / ctrl+c)."""
     Eagle3TopApp(
@@ -260,7 +340,9 @@ def run_app(
         curve=curve,
         record_dir=record_dir,
         baseline_tok_s=baseline_tok_s,
+        tokenizer=tokenizer,
         refresh_hz=refresh_hz,
         stale_after_s=stale_after_s,
         on_exit=on_exit,
+        config=config,
     ).run()

@@ -18,9 +18,12 @@ eagle3-top demo                            two built-in engines (healthy, mis-wi
 eagle3-top record ENDPOINT ... -o FILE     store every frame, as received, in an MCAP file
 eagle3-top recording info FILE [--json]    what a recording holds, per source, and what of it was lost
 eagle3-top dump FILE [--kind K] [--source S] [--since T] [--json]   the frames of a recording, one a line
+eagle3-top serve-web [--host H] [--port P] [MONITOR ARGS ...]   the monitor in a browser (127.0.0.1:8557)
 """
 
 EXIT_INTERRUPTED = 130
+# A command whose name is no Python identifier, and its module in tui/commands.
+MODULES = {"serve-web": "serve_web"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd in COMMANDS:
             import importlib
 
-            module = importlib.import_module(f"eagle3_top.tui.commands.{cmd}")
+            module = importlib.import_module(f"eagle3_top.tui.commands.{MODULES.get(cmd, cmd)}")
             code: int = module.main(args[1:])
             return code
         from .commands import live

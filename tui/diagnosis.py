@@ -11,6 +11,7 @@ from eagle3_top.tracer.analysis.findings import Finding, worst_first
 from eagle3_top.tracer.analysis.layer_map import SlotRow, layer_map
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.analysis.payoff import payoff_finding
+from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
 from eagle3_top.tracer.schema import Hello
 
 FINDINGS_EVERY_S = 1.0
@@ -33,6 +34,7 @@ class _Due:
 class Diagnoser:
     manifest: Manifest | None = None
     baseline_tok_s: float | None = None  # the server's tok/s without speculation, if the user gave it
+    thresholds: Thresholds = THRESHOLDS
     every_s: float = FINDINGS_EVERY_S
     _due: dict[str, _Due] = field(default_factory=dict)
     _evictions_seen: int = 0
@@ -56,12 +58,15 @@ class Diagnoser:
                 continue
             due.at, due.hello = now, st.hello
             try:
-                found = diagnose(st, self.manifest)
-                slower = payoff_finding(key, st.acceptance, now, self.baseline_tok_s)
+                th = self.thresholds
+                found = diagnose(st, self.manifest, th)
+                slower = payoff_finding(key, st.acceptance, now, self.baseline_tok_s, th.min_request_steps)
                 found = worst_first([*found, slower] if slower else found)
                 rows: tuple[SlotRow, ...] = ()
                 if self.manifest is not None:
-                    rows = tuple(layer_map(st.hello, st.aux_merged.merged(), self.manifest))
+                    rows = tuple(
+                        layer_map(st.hello, st.aux_merged.merged(), self.manifest, th.rms_ratio_limit)
+                    )
                 out[key] = Diagnosis(found, rows)
             except Exception as exc:  # odd evidence costs this source's findings, not the monitor
                 out[key] = Diagnosis(error=f"diagnosis failed: {type(exc).__name__}: {exc}"[:200])

@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES
+from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
 from eagle3_top.tracer.ledger import FrameLedger
 from eagle3_top.tracer.replay import Position
 from eagle3_top.tracer.subscriber import Subscriber
@@ -30,6 +32,7 @@ from .feed_recording import FeedRecording
 from .snapshot import STALE_AFTER_S, Snapshot, Transport, take_snapshot
 
 log = logging.getLogger("eagle3_top.tui.feed")
+REQUESTS_FOLD_S = 0.25
 
 
 class Feed:
@@ -45,10 +48,12 @@ class Feed:
         max_batch: int = 1024,
         clock: Callable[[], float] = time.time,
         baseline_tok_s: float | None = None,
+        thresholds: Thresholds = THRESHOLDS,
+        internal_prefixes: Sequence[str] = INTERNAL_PREFIXES,
     ) -> None:
         self.endpoints = list(endpoints)
-        self.book = book or EvidenceBook(manifest=manifest)
-        self.diagnoser = Diagnoser(manifest, baseline_tok_s)
+        self.book = book or EvidenceBook(manifest=manifest, internal_prefixes=internal_prefixes)
+        self.diagnoser = Diagnoser(manifest, baseline_tok_s, thresholds)
         self.diagnoses: dict[str, Diagnosis] = {}
         self.stale_after_s = stale_after_s
         self._factory = subscriber_factory or (lambda eps: Subscriber(eps))
@@ -63,6 +68,7 @@ class Feed:
         self.error: str | None = None  # set if the worker died; shown by the UI
         self.recording = FeedRecording(self.endpoints)
         self.batches = 0
+        self._next_fold = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -122,6 +128,7 @@ class Feed:
             while not self._stop.is_set():
                 self.recording.service()
                 self._pump(sub)
+                self._fold_requests()
                 fresh, gone = self.diagnoser.run(self.book, self._clock(), self._settled())
                 if fresh or gone:
                     with self._lock:
@@ -140,6 +147,21 @@ class Feed:
                 pass
             self._closed()
 
+    def _fold_requests(self) -> None:
+        # Per-request figures are counted in bulk a few times a second (tracer/analysis/requests.py),
+        # under the lock: the screens read the trackers. A few ms at thousands of request-steps.
+        t = time.monotonic()
+        if t >= self._next_fold:
+            self._next_fold = t + REQUESTS_FOLD_S
+            with self._lock:
+                self.book.fold_requests()
+
+    def watch_request(self, key: str | None, rid: str | None) -> None:
+        """Keep every step's accept length of this request (its timeline is open); None stops."""
+        with self._lock:
+            for k, st in self.book.sources.items():
+                st.requests.watch([rid] if k == key and rid is not None else [])
+
     def _settled(self) -> bool:
         """True when the evidence just stopped changing and the findings must catch up at once
         (never live: new frames keep coming, and the findings engine runs on its own period)."""
@@ -154,7 +176,8 @@ class Feed:
         refresh to catch up). A diagnoser of its own: the worker's runs outside the lock."""
         now = self._clock() if now is None else now
         with self._lock:  # the worker cannot fold events in meanwhile
-            judge = Diagnoser(self.diagnoser.manifest, self.diagnoser.baseline_tok_s)
+            d = self.diagnoser
+            judge = Diagnoser(d.manifest, d.baseline_tok_s, d.thresholds)
             fresh, _ = judge.run(self.book, now, force=True)
             self.diagnoses.update(fresh)
 
@@ -165,8 +188,16 @@ class Feed:
         return None
 
     def snapshot(
-        self, now: float | None = None, *, window_s: int | None = None, windows: tuple[int, ...] = ()
+        self,
+        now: float | None = None,
+        *,
+        window_s: int | None = None,
+        windows: tuple[int, ...] = (),
+        requests_for: str | None = None,
+        timeline_for: tuple[str, str] | None = None,
     ) -> Snapshot:
+        """``requests_for``: the source whose request table to copy out; ``timeline_for``: the
+        (source, rid) whose steps to copy out."""
         now = self._clock() if now is None else now
         with self._lock:
             sub = self._sub
@@ -192,4 +223,6 @@ class Feed:
                 window_s=window_s,
                 windows=windows,
                 baseline_tok_s=self.diagnoser.baseline_tok_s,
+                requests_for=requests_for,
+                timeline_for=timeline_for,
             )

@@ -36,9 +36,7 @@ def render_findings(src: SourceSnapshot | None, lines: int, has_manifest: bool) 
         if f.fix:
             t.append(f" → {f.fix}", style="dim")
     if len(shown) < len(src.findings):
-        t.append(
-            f"\n… {len(src.findings) - len(shown)} more finding(s); `eagle3-top check` lists all", style="dim"
-        )
+        t.append(f"\n… {len(src.findings) - len(shown)} more finding(s): f lists them all", style="dim")
     return t
 
 

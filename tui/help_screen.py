@@ -10,48 +10,64 @@ from textual.widgets import Static
 
 HELP_TEXT = """\
 [b]Keys[/b]
-  [b]q[/b]           quit
-  [b]p[/b]           freeze the display; data keeps being received; FROZEN is shown
-  [b]r[/b]           record what the monitor receives to eagle3-top-DATE-TIME.mcap; r again stops
-  [b]w[/b]           acceptance since start, over the last 60 s, over the last 10 s
-  [b]↑ ↓ tab[/b]     select a source (one row per host:pid:rank)
-  [b]?[/b]           this help (esc, ? or q closes it)
+  [b]q[/b]          quit
+  [b]p[/b]          freeze the display (FROZEN); data keeps being received
+  [b]r[/b]          record what arrives to eagle3-top-DATE-TIME.mcap; r stops
+  [b]w[/b]          acceptance since start, over the last 60 s, the last 10 s
+  [b]↑ ↓ tab[/b]    select a source (one row per host:pid:rank)
+  [b]enter[/b]      the selected source's requests (below)
+  [b]f[/b]          every finding with its evidence, fix and docs section;
+             [b]c[/b] there copies them as plain text
+  [b]g[/b]          plots: accept length over time against training's
+             expected value, per-position rates beside training acc_i,
+             the probe's similarity matrix as a heat map
+  [b]t[/b]          light / dark theme
+  [b]?[/b]          this help (esc, ? or q closes it; ↑ ↓ scroll)
+  [b]esc[/b]        back from any view
+
+[b]Requests view[/b] (enter on a source)
+  [b]s[/b] sort (running first, tokens, accept length, last, age)  [b]S[/b] reverse
+  [b]/[/b] filter by rid    [b]i[/b] show SGLang's own (HEALTH_CHECK) requests
+  [b]enter[/b]      a request's timeline: its accept length per step, and
+             its drafts step by step (accepted green, rejected red)
 
 [b]Replay keys[/b] (eagle3-top --replay FILE)
-  [b]p space[/b]     play / pause          [b], .[/b]   one event back / forward
-  [b]← →[/b]         one second back / forward (shift: ten)
-  [b]+ -[/b]         speed 0.25x .. 100x, then max        [b]g[/b]   go to a time or a percentage
-  [b]0-9[/b]         go to 0%, 10%, .. 90%                [b]home end[/b]   start / end
+  [b]p space[/b]    play / pause           [b], .[/b]   one event back / forward
+  [b]← →[/b]        one second back / forward (shift: ten)
+  [b]+ -[/b]        speed 0.25x .. 100x, then max
+  [b]j[/b]          jump to a time or a percentage
+  [b]0-9[/b]        go to 0%, 10%, .. 90%   [b]home end[/b]   start / end
 
 [b]What the numbers mean[/b]
-  [b]accept len[/b]  accept length per verify step = [b]accepted draft tokens + 1[/b] (the bonus
-              token), as SGLang, vLLM and the EAGLE papers count it. SpecForge's
-              simulated_acc_len omits the +1.
-  [b]rate[/b]        accepted draft tokens / proposed draft tokens
-  [b]uncond[/b]      unconditional per-position rate: P(position i accepted), over all
-              drafts (vLLM's number)
-  [b]cond[/b]        conditional: P(position i accepted | position i-1 accepted); compare
-              with training acc_i, shown beside it (◂, red when 0.2 or more below)
-  [b]histogram[/b]   request-steps per accept length (1 = only the bonus token)
-  [b]steps/s[/b]     verify steps per second (one per batch); [b]tok/s[/b] committed tokens/s
-  [b]proposals[/b]   latest step: rid, \\[accepted drafts], root (last committed token), the
-              drafts ([green]accepted path[/green], [red]rejected[/red]), → the bonus token
-  [b]missed[/b]      sequence numbers never received (lost in transit or too slow a reader)
-  [b]dropped[/b]     events the tracer dropped itself (its queue was full)
-  [b]TRACER PAUSED[/b] the server side: the tracer's pause file exists (EAGLE3_TOP_PAUSE_FILE),
-              nothing is recorded (FROZEN is only this display)
-  [b]tail rows[/b]   step rows the server threw away (a request that had already
-              finished, under SGLang's overlap scheduler) and the tracer left out too
-  [b]malformed[/b]   frames that did not decode; the last reason is shown
-  [b]stale[/b]       no event from that source for more than 3 s
-  [b]spec[/b]        effective config; [red]red[/red] = silently rewritten by the server
-  [b]layers[/b]      capture layers, engine-native and canonical (output of 0-based block k,
-              -1 = embeddings); "default (ids not read)" = the server ignored the
-              draft config's aux layer ids and used its defaults
-  [b]layer map[/b]   with --manifest: per slot, the trained layer, the served one, live vs
-              training RMS and the direction (sketch) cosine; red = mismatch or drift
-  [b]findings[/b]    stable codes (LAYER_MAP_MISMATCH, ...), the same `eagle3-top check` prints
-  [b]probe[/b]       the last replayed training sample: served x trained slot similarity
+  [b]accept len[/b] per verify step: [b]accepted draft tokens + 1[/b] (the bonus
+             token), as SGLang, vLLM and the EAGLE papers count it;
+             SpecForge's simulated_acc_len omits the +1
+  [b]rate[/b]       accepted draft tokens / proposed draft tokens
+  [b]uncond[/b]     P(position i accepted), over all drafts (vLLM's number)
+  [b]cond[/b]       P(position i accepted | i-1 accepted); compare with
+             training acc_i beside it (◂, red when far below)
+  [b]histogram[/b]  request-steps per accept length (1 = only the bonus)
+  [b]steps/s[/b]    verify steps per second; [b]tok/s[/b] committed tokens/s
+  [b]proposals[/b]  latest step: rid, \\[accepted drafts], root, the drafts
+             ([green]accepted path[/green], [red]rejected[/red]), → the bonus token; as text
+             with a tokenizer (· space, ⏎ newline, ⇥ tab), else ids
+  [b]missed[/b]     sequence numbers never received (transit, slow reader)
+  [b]dropped[/b]    events the tracer dropped itself (its queue was full)
+  [b]TRACER PAUSED[/b] the server's pause file exists (EAGLE3_TOP_PAUSE_FILE):
+             nothing is recorded; FROZEN is only this display
+  [b]tail rows[/b]  step rows the server threw away (finished requests under
+             SGLang's overlap scheduler), left out by the tracer too
+  [b]malformed[/b]  frames that did not decode; the last reason is shown
+  [b]stale[/b]      no event from the source for a while (3 s by default)
+  [b]spec[/b]       effective config; [red]red[/red] = silently rewritten by the server
+  [b]layers[/b]     capture layers, engine-native and canonical (output of
+             0-based block k, -1 = embeddings); "default (ids not
+             read)": the server ignored the draft's aux layer ids
+  [b]layer map[/b]  with --manifest, per slot: trained vs served layer, live
+             vs training RMS, direction cosine; red = mismatch/drift
+  [b]findings[/b]   stable codes (LAYER_MAP_MISMATCH, ...), as `check` prints
+  [b]probe[/b]      the last replayed training sample: served x trained
+             slot similarity
 """
 
 

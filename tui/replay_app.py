@@ -13,8 +13,10 @@ from eagle3_top.tracer.schema.text import printable
 from textual.binding import Binding, BindingType
 
 from .app import Eagle3TopApp
+from .config import Config
 from .replay_feed import ReplayFeed
 from .seek_prompt import SeekPrompt
+from .token_text import TokenText
 
 
 class ReplayApp(Eagle3TopApp):
@@ -31,7 +33,7 @@ class ReplayApp(Eagle3TopApp):
         Binding("shift+left", "step_seconds(-10)", "-10s", show=False, priority=True),
         Binding("plus,equals_sign", "speed(1)", "faster", key_display="+"),
         Binding("minus", "speed(-1)", "slower", key_display="-"),
-        Binding("g", "seek_prompt", "go to"),
+        Binding("j", "seek_prompt", "jump to"),  # g is the plots, as in the live monitor
         Binding("home", "seek_fraction(0)", "start", show=False),
         Binding("end", "seek_fraction(1)", "end", show=False),
         *(Binding(str(d), f"seek_fraction({d / 10})", f"{d * 10}%", show=False) for d in range(10)),
@@ -44,14 +46,26 @@ class ReplayApp(Eagle3TopApp):
         manifest: Manifest | None = None,
         refresh_hz: float = 4.0,
         baseline_tok_s: float | None = None,
+        tokenizer: TokenText | None = None,
+        config: Config | None = None,
     ) -> None:
         self.timeline = timeline
+        cfg = config or Config()
         super().__init__(
             [],
             title=f"eagle3-top replay {os.path.basename(timeline.path)}",
             manifest=manifest,
-            feed=ReplayFeed(timeline, manifest=manifest, baseline_tok_s=baseline_tok_s),
+            feed=ReplayFeed(
+                timeline,
+                manifest=manifest,
+                baseline_tok_s=baseline_tok_s,
+                stale_after_s=cfg.thresholds.stale_after_s,
+                thresholds=cfg.thresholds,
+                internal_prefixes=cfg.internal_rid_prefixes,
+            ),
             refresh_hz=refresh_hz,
+            tokenizer=tokenizer,
+            config=cfg,
         )
 
     def on_mount(self) -> None:
@@ -119,8 +133,17 @@ def run_replay(
     manifest: Manifest | None = None,
     refresh_hz: float = 4.0,
     baseline_tok_s: float | None = None,
+    tokenizer: TokenText | None = None,
+    config: Config | None = None,
 ) -> None:
     """Replay until the user quits (q / ctrl+c); then what the file lost, on stderr, where it stays."""
-    ReplayApp(timeline, manifest=manifest, refresh_hz=refresh_hz, baseline_tok_s=baseline_tok_s).run()
+    ReplayApp(
+        timeline,
+        manifest=manifest,
+        refresh_hz=refresh_hz,
+        baseline_tok_s=baseline_tok_s,
+        tokenizer=tokenizer,
+        config=config,
+    ).run()
     for line in timeline.damage():
         print(f"eagle3-top: {timeline.path}: {printable(line, 300)}", file=sys.stderr)

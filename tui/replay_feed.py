@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Sequence
 from itertools import groupby
 
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES
+from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
 from eagle3_top.tracer.ledger import FrameLedger
 from eagle3_top.tracer.replay import Position, Timeline
 
@@ -42,6 +45,8 @@ class ReplayFeed(Feed):
         max_batch: int = 2048,
         checkpoint_every: int = CHECKPOINT_EVERY,
         baseline_tok_s: float | None = None,
+        thresholds: Thresholds = THRESHOLDS,
+        internal_prefixes: Sequence[str] = INTERNAL_PREFIXES,
     ) -> None:
         super().__init__(
             [],
@@ -51,6 +56,8 @@ class ReplayFeed(Feed):
             max_batch=max_batch,
             clock=timeline.now,
             baseline_tok_s=baseline_tok_s,
+            thresholds=thresholds,
+            internal_prefixes=internal_prefixes,
         )
         self.timeline = timeline
         self._manifest = manifest
@@ -123,13 +130,15 @@ class ReplayFeed(Feed):
         (it may be resumed from again), or empty at 0."""
         saved = self._saved.get(position)
         if saved is None:
-            book, ledger = EvidenceBook(manifest=self._manifest), FrameLedger()
+            book = EvidenceBook(manifest=self._manifest, internal_prefixes=self.book.internal_prefixes)
+            ledger = FrameLedger()
         else:
             memo = {} if self._manifest is None else {id(self._manifest): self._manifest}
             book, ledger = copy.deepcopy(saved, memo)
         with self._lock:
             self.book, self._sub = book, ledger
-            self.diagnoser = Diagnoser(self._manifest, self.diagnoser.baseline_tok_s)
+            d = self.diagnoser
+            self.diagnoser = Diagnoser(self._manifest, d.baseline_tok_s, d.thresholds)
             self.diagnoses.clear()
 
     def _settled(self) -> bool:

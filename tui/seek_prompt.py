@@ -1,4 +1,4 @@
-"""The replay's ``g``: ask where to go, as a time from the start or a percentage."""
+"""The replay's ``j``: ask where to go, as a time from the start or a percentage."""
 
 from __future__ import annotations
 

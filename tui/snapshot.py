@@ -10,24 +10,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 from eagle3_top.tracer.analysis.acceptance import AcceptanceSummary
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.findings import Finding
 from eagle3_top.tracer.analysis.layer_map import SlotRow
 from eagle3_top.tracer.analysis.payoff import Payoff, payoff_now
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
-from eagle3_top.tracer.schema import AuxSample, Health, Hello, StepView
+from eagle3_top.tracer.analysis.requests import RequestTable
+from eagle3_top.tracer.schema import AuxSample, Health, Hello
 from eagle3_top.tracer.subscriber import Loss
 
 from .diagnosis import Diagnosis
+from .proposal_rows import PROPOSAL_ROWS, ProposalRow, proposal_rows
+from .timeline_data import RequestTimeline, request_timeline
 
 STALE_AFTER_S = 3.0
 # Silent this long (a publisher sends health every second), a source is shown as dead; the book
 # forgets it only when it needs the room.
 DEAD_AFTER_S = 30.0
 _NO_DIAGNOSIS = Diagnosis()
-PROPOSAL_ROWS = 3
 # The acceptance windows the monitor switches between (w): since start, the last minute, the last
 # ten seconds. At most the acceptance history's 120 s.
 WINDOWS: tuple[int | None, ...] = (None, 60, 10)
@@ -35,19 +36,6 @@ WINDOWS: tuple[int | None, ...] = (None, 60, 10)
 
 def window_label(window_s: int | None) -> str:
     return "since start" if window_s is None else f"last {window_s} s"
-
-
-@dataclass(frozen=True)
-class ProposalRow:
-    """One request of the latest step, ready to draw."""
-
-    rid: str
-    root: int
-    proposals: tuple[int, ...]  # draft tokens after the root, in block order
-    accepted_mask: tuple[bool, ...]  # per proposal: on the accepted path
-    accepted: int  # accepted drafts (bonus excluded)
-    bonus: int | None  # the bonus token committed after the accepted drafts
-    tree: bool
 
 
 @dataclass(frozen=True)
@@ -88,6 +76,7 @@ class SourceSnapshot:
     training_acc: tuple[float, ...] = ()  # acc_i: the manifest's training metrics, else the draft's claims
     windows: tuple[tuple[int, AcceptanceSummary], ...] = ()  # other windows, when asked for (--json)
     payoff: Payoff | None = None  # against the baseline tok/s the user gave, over the rate window
+    requests: RequestTable | None = None  # only for the source whose requests are on screen
 
 
 @dataclass(frozen=True)
@@ -102,6 +91,7 @@ class Snapshot:
     bytes: int = 0
     events: int = 0
     evicted_sources: int = 0  # forgotten to bound memory (more sources than the monitor holds)
+    timeline: RequestTimeline | None = None  # the request whose timeline is on screen
 
     def source(self, key: str | None) -> SourceSnapshot | None:
         for s in self.sources:
@@ -124,56 +114,6 @@ class Transport:
     evicted_sources: int = 0
 
 
-def proposal_rows(sv: StepView | None, rows: int = PROPOSAL_ROWS) -> tuple[ProposalRow, ...]:
-    if sv is None or sv.batch == 0 or sv.n == 0:
-        return ()
-    k = min(rows, sv.batch)
-    acc = sv.accepted[:k].astype(np.int64)
-    # offsets of each request's committed tokens: the accept lengths of the rows before it
-    offsets = np.concatenate(([0], np.cumsum(sv.accept_lengths[:k])[:-1]))
-    out = []
-    for i in range(k):
-        draft = sv.draft[i]
-        a = int(acc[i])
-        off = int(offsets[i])
-        committed = sv.tokens[off : off + a + 1]
-        bonus = int(committed[a]) if committed.size > a else None
-        if sv.parents is None:
-            mask = tuple(j < a for j in range(sv.n - 1))
-        else:
-            mask = _tree_path(draft, sv.parents[i], committed[:a])
-        out.append(
-            ProposalRow(
-                rid=sv.rids[i],
-                root=int(draft[0]),
-                proposals=tuple(int(t) for t in draft[1:]),
-                accepted_mask=mask,
-                accepted=a,
-                bonus=bonus,
-                tree=sv.parents is not None,
-            )
-        )
-    return tuple(out)
-
-
-def _tree_path(draft: np.ndarray, parents: np.ndarray, accepted_tokens: np.ndarray) -> tuple[bool, ...]:
-    """Mark the nodes (1..n-1) on the accepted path: follow children whose token was committed."""
-    n = draft.shape[0]
-    mask = [False] * (n - 1)
-    cur = 0
-    for tok in accepted_tokens:
-        nxt = -1
-        for j in range(1, n):
-            if parents[j] == cur and draft[j] == tok:
-                nxt = j
-                break
-        if nxt < 0:
-            break
-        mask[nxt - 1] = True
-        cur = nxt
-    return tuple(mask)
-
-
 def _training_acc(book: EvidenceBook, hello: Hello | None) -> tuple[float, ...]:
     if book.manifest is not None and book.manifest.training is not None:
         return tuple(book.manifest.training_acc)
@@ -193,6 +133,8 @@ def take_snapshot(
     window_s: int | None = None,
     windows: tuple[int, ...] = (),
     baseline_tok_s: float | None = None,
+    requests_for: str | None = None,
+    timeline_for: tuple[str, str] | None = None,
 ) -> Snapshot:
     """An immutable view of every source; the caller holds the book's lock. ``window_s``: the
     acceptance figures over the last so many seconds instead of since start; ``windows``: more
@@ -244,6 +186,7 @@ def take_snapshot(
                 training_acc=_training_acc(book, st.hello),
                 windows=tuple((w, st.acceptance.summary(now, w)) for w in windows),
                 payoff=payoff_now(st.acceptance, now, baseline_tok_s),
+                requests=st.requests.table() if key == requests_for else None,
             )
         )
     return Snapshot(
@@ -257,4 +200,12 @@ def take_snapshot(
         bytes=transport.bytes,
         events=book.events,
         evicted_sources=max(transport.evicted_sources, book.dropped_sources),
+        timeline=_timeline(book, timeline_for),
     )
+
+
+def _timeline(book: EvidenceBook, which: tuple[str, str] | None) -> RequestTimeline | None:
+    if which is None:
+        return None
+    st = book.sources.get(which[0])
+    return None if st is None else request_timeline(which[0], st.requests, which[1])

@@ -17,13 +17,18 @@ from eagle3_top.tracer.analysis.diagnose import expected_accept_length
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.schema.text import printable
 
-from .snapshot import Snapshot, SourceSnapshot
+from .snapshot import ProposalRow, Snapshot, SourceSnapshot
 from .source_state import source_state
+from .token_text import TokenText
+from .tokenizer_shelf import TokenizerShelf
 
 SCHEMA = "eagle3-top-snapshot/1"
 
 
-def snapshot_json(snap: Snapshot, manifest: Manifest | None = None) -> dict[str, Any]:
+def snapshot_json(
+    snap: Snapshot, manifest: Manifest | None = None, tokenizers: TokenizerShelf | None = None
+) -> dict[str, Any]:
+    """``tokenizers``: where one is known for a source, its proposals carry their text too."""
     out = {
         "schema": SCHEMA,
         "time": snap.now,
@@ -38,13 +43,16 @@ def snapshot_json(snap: Snapshot, manifest: Manifest | None = None) -> dict[str,
             "unknown_kinds": snap.unknown_kinds,
             "evicted_sources": snap.evicted_sources,
         },
-        "sources": [_source(src, snap, manifest) for src in snap.sources],
+        "sources": [_source(src, snap, manifest, tokenizers) for src in snap.sources],
     }
     return _plain(out)
 
 
-def _source(src: SourceSnapshot, snap: Snapshot, manifest: Manifest | None) -> dict[str, Any]:
+def _source(
+    src: SourceSnapshot, snap: Snapshot, manifest: Manifest | None, tokenizers: TokenizerShelf | None
+) -> dict[str, Any]:
     words, level = source_state(src, snap.endpoints)
+    tokens = tokenizers.for_hello(src.hello).tokens if tokenizers is not None else None
     s = src.summary
     expected, expected_by = (None, "") if src.hello is None else expected_accept_length(src.hello, manifest)
     have = s.request_steps > 0
@@ -118,9 +126,21 @@ def _source(src: SourceSnapshot, snap: Snapshot, manifest: Manifest | None) -> d
                 "accepted": p.accepted,
                 "bonus": p.bonus,
                 "tree": p.tree,
+                **_texts(p, tokens),
             }
             for p in src.proposals
         ],
+    }
+
+
+def _texts(p: ProposalRow, tokens: TokenText | None) -> dict[str, Any]:
+    """The pieces the screen shows beside the ids, with a tokenizer only."""
+    if tokens is None:
+        return {}
+    return {
+        "root_text": tokens.piece(p.root),
+        "proposals_text": [tokens.piece(t) for t in p.proposals],
+        "bonus_text": None if p.bonus is None else tokens.piece(p.bonus),
     }
 
 

@@ -11,6 +11,8 @@ from eagle3_top.tracer.schema.text import printable
 
 from .snapshot import Snapshot, SourceSnapshot
 from .source_state import source_state
+from .token_spans import marked_tokens, token_piece
+from .tokenizer_shelf import TokenizerShelf
 
 HEADER = ("source", "state", "acc len", "rate", "steps/s", "tok/s", "missed/drop", "findings")
 
@@ -26,7 +28,8 @@ def findings_cell(findings: tuple[Finding, ...], error: str | None = None) -> st
     return f"{len(findings)} info" if findings else "none"
 
 
-def snapshot_text(snap: Snapshot) -> str:
+def snapshot_text(snap: Snapshot, tokenizers: TokenizerShelf | None = None) -> str:
+    """``tokenizers``: the proposals as text where one is known, else ids."""
     when = datetime.fromtimestamp(snap.now, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     eps = "  ".join(f"{printable(ep, 200)} {st}" for ep, st in snap.endpoints)
     lines = [f"eagle3-top {when}" + (f"  {eps}" if eps else "")]
@@ -37,6 +40,7 @@ def snapshot_text(snap: Snapshot) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     for src in snap.sources:
         lines += _details(src)
+        lines += _proposals(src, tokenizers)
     return "\n".join(lines)
 
 
@@ -74,4 +78,21 @@ def _details(src: SourceSnapshot) -> list[str]:
     for f in src.findings:
         out.append(f"  {f.severity.upper():7s} {f.code}: {printable(f.message, 600)}")
         out.append(f"          fix: {printable(f.fix, 600)}")
+    return out
+
+
+def _proposals(src: SourceSnapshot, tokenizers: TokenizerShelf | None) -> list[str]:
+    if not src.proposals:
+        return []
+    choice = tokenizers.for_hello(src.hello) if tokenizers is not None else None
+    tokens = choice.tokens if choice is not None else None
+    how = "as text" if tokens is not None else "ids"
+    if choice is not None and choice.note:
+        how += f", {printable(choice.note, 300)}"
+    legend = "rid [accepted] root │ drafts (✗ rejected) → bonus"
+    out = [f"{printable(src.key, 120)}: latest proposals ({how}): {legend}"]
+    for p in src.proposals:
+        bonus = f" → {token_piece(p.bonus, tokens)}" if p.bonus is not None else ""
+        drafts = marked_tokens(p.proposals, p.accepted_mask, tokens)
+        out.append(f"  {printable(p.rid, 40)} [{p.accepted}] {token_piece(p.root, tokens)} │ {drafts}{bonus}")
     return out

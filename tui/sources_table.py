@@ -20,6 +20,10 @@ COLUMNS = (
     ("findings", "findings"),
 )
 
+# Under 100 columns the table keeps what answers "is it healthy": rate, steps/s and losses go
+# (the detail panels below show them for the selected source).
+COMPACT = ("source", "state", "acc_len", "tok", "findings")
+
 _NO_SOURCE = "__no_source__"
 
 
@@ -47,10 +51,25 @@ class SourcesTable(DataTable):
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._cells: dict[tuple[str, str], str] = {}
+        self.compact = False
+        self._shown: tuple[tuple[str, str], ...] = COLUMNS
 
     def on_mount(self) -> None:
-        for key, label in COLUMNS:
+        for key, label in self._shown:
             self.add_column(label, key=key)
+
+    def set_compact(self, compact: bool) -> None:
+        """Fewer columns for a narrow terminal; the rows come back at the next update."""
+        if compact == self.compact:
+            return
+        self.compact = compact
+        self._shown = tuple(c for c in COLUMNS if c[0] in COMPACT) if compact else COLUMNS
+        keep = self.selected_key()
+        self.clear(columns=True)
+        self._cells.clear()
+        for key, label in self._shown:
+            self.add_column(label, key=key)
+        self._reselect = keep
 
     def selected_key(self) -> str | None:
         if self.row_count == 0:
@@ -61,13 +80,20 @@ class SourcesTable(DataTable):
             return None
         return None if key == _NO_SOURCE else key
 
-    def _set_row(self, key: str, values: list[Text | str]) -> None:
+    _reselect: str | None = None
+
+    def _set_row(self, key: str, all_values: list[Text | str]) -> None:
+        by_key = dict(zip((k for k, _ in COLUMNS), all_values, strict=True))
+        values = [by_key[k] for k, _ in self._shown]
         if key not in self.rows:
             self.add_row(*values, key=key)
-            for (ck, _), v in zip(COLUMNS, values, strict=True):
+            for (ck, _), v in zip(self._shown, values, strict=True):
                 self._cells[(key, ck)] = str(v)
+            if key == self._reselect:
+                self._reselect = None
+                self.move_cursor(row=self.get_row_index(key))
             return
-        for (ck, _), v in zip(COLUMNS, values, strict=True):
+        for (ck, _), v in zip(self._shown, values, strict=True):
             sv = str(v) + (v.style if isinstance(v, Text) and isinstance(v.style, str) else "")
             if self._cells.get((key, ck)) != sv:
                 self._cells[(key, ck)] = sv

@@ -27,10 +27,11 @@ from eagle3_top.tracer.recording import RecordedFrame, RecordingReport
 from eagle3_top.tracer.schema import Event
 from eagle3_top.tracer.subscriber import Subscriber
 
-from .diagnose import MIN_AUX_ROWS, MIN_REQUEST_STEPS, diagnose, expected_accept_length
+from .diagnose import MIN_AUX_ROWS, diagnose, expected_accept_length
 from .evidence import EvidenceBook, OnMalformed, SourceEvidence
 from .findings import Finding, has_errors
 from .manifest import Manifest
+from .thresholds import THRESHOLDS, Thresholds
 
 if TYPE_CHECKING:
     from eagle3_top.tracer.curve import CurveClient
@@ -115,6 +116,7 @@ class Enough:
     steps: int = 50  # stop watching a source once it showed this many verify steps
     min_steps: int = 50  # fewer than this is partial evidence
     manifest: Manifest | None = None
+    thresholds: Thresholds = THRESHOLDS  # the findings' margins (a config file's [thresholds])
 
     def missing(self, ev: SourceEvidence) -> list[str]:
         out = []
@@ -156,11 +158,11 @@ def report(ev: SourceEvidence, enough: Enough, gone: str | None) -> SourceReport
         missing.append(f"went away: {gone}")
     if (
         expected is not None
-        and ev.acceptance.request_steps < MIN_REQUEST_STEPS
+        and ev.acceptance.request_steps < enough.thresholds.min_request_steps
         and not any("verify steps" in m for m in missing)
     ):
         missing.append(
-            f"{ev.acceptance.request_steps} of {MIN_REQUEST_STEPS} request-steps "
+            f"{ev.acceptance.request_steps} of {enough.thresholds.min_request_steps} request-steps "
             "(the accept-length check against training)"
         )
     return SourceReport(
@@ -231,7 +233,7 @@ class Watch:
         manifest = self.enough.manifest
         findings: list[Finding] = []
         for s in sources.values():
-            findings.extend(diagnose(s, manifest))
+            findings.extend(diagnose(s, manifest, self.enough.thresholds))
         reports = [report(s, self.enough, self.gone.get(s.key)) for s in sources.values()]
         # Frames that failed before naming a source: counted by the ledger, not by any source.
         per_source = sum(s.malformed for s in sources.values())
@@ -251,6 +253,7 @@ def watch(
     *,
     steps: int = 50,
     min_steps: int | None = None,
+    thresholds: Thresholds = THRESHOLDS,
     timeout: float = 30.0,
     curve: CurveClient | None = None,
     progress: Progress | None = None,
@@ -258,7 +261,7 @@ def watch(
     subscriber: Subscriber | None = None,
 ) -> CheckResult:
     """Watch until every source is done, gone or crashed, or the timeout; then judge."""
-    w = Watch(Enough(steps, steps if min_steps is None else min_steps, manifest), gone_after_s)
+    w = Watch(Enough(steps, steps if min_steps is None else min_steps, manifest, thresholds), gone_after_s)
     sub = subscriber or Subscriber(endpoints, curve=curve)
     t0 = time.monotonic()
     deadline = t0 + timeout
@@ -287,12 +290,13 @@ def judge_recording(
     *,
     steps: int = 50,
     min_steps: int | None = None,
+    thresholds: Thresholds = THRESHOLDS,
     timeout: float = 30.0,
     gone_after_s: float = GONE_AFTER_S,
 ) -> CheckResult:
     """The verdict ``check`` would have given had it started with the recording: the same judging,
     fed the recorded frames at their receive times, with ``timeout`` in recording time."""
-    w = Watch(Enough(steps, steps if min_steps is None else min_steps, manifest), gone_after_s)
+    w = Watch(Enough(steps, steps if min_steps is None else min_steps, manifest, thresholds), gone_after_s)
     ledger = FrameLedger()
     t0: int | None = None
     last = 0

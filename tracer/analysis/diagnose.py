@@ -23,15 +23,12 @@ from .findings import ERROR, INFO, WARNING, Finding
 from .layer_map import MIN_AUX_ROWS, layer_map
 from .manifest import Manifest
 from .probe_compare import ProbeComparison
+from .thresholds import THRESHOLDS, Thresholds
 
 __all__ = ["MIN_AUX_ROWS", "MIN_REQUEST_STEPS", "ProbeEvidence", "diagnose", "judge_probe"]
 
-# Request-steps needed before acceptance is compared with training.
-MIN_REQUEST_STEPS = 200
-# Conditional acceptance at a position this far (absolute) below training's acc_i.
-ACCEPT_GAP = 0.25
-# Without any expectation: an accept length this low rarely pays for drafting and verifying.
-LOW_ACCEPT_LENGTH = 1.5
+# The defaults (tracer/analysis/thresholds.py says what each is); a config file changes them.
+MIN_REQUEST_STEPS = THRESHOLDS.min_request_steps
 
 Add = Callable[..., None]
 
@@ -40,8 +37,10 @@ def _fmt(ids: Any) -> str:
     return "[" + ", ".join(str(i) for i in ids) + "]" if isinstance(ids, (list, tuple)) else str(ids)
 
 
-def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Finding]:
-    """Findings for one source; before its hello, only a crash."""
+def diagnose(
+    ev: SourceEvidence, manifest: Manifest | None = None, th: Thresholds = THRESHOLDS
+) -> list[Finding]:
+    """Findings for one source; before its hello, only a crash. ``th``: the margins."""
     out: list[Finding] = []
 
     def add(code: str, severity: str, message: str, fix: str, **evidence: Any) -> None:
@@ -59,8 +58,8 @@ def diagnose(ev: SourceEvidence, manifest: Manifest | None = None) -> list[Findi
         _ids_not_read(hello, aux, manifest, add)
         _width(hello, aux, add)
     if manifest is not None:
-        _against_manifest(ev, hello, aux, manifest, add)
-    _accept_length(ev, hello, manifest, add)
+        _against_manifest(ev, hello, aux, manifest, add, th)
+    _accept_length(ev, hello, manifest, add, th)
     return out
 
 
@@ -105,14 +104,16 @@ def expected_accept_length(hello: Hello, manifest: Manifest | None) -> tuple[flo
     return None, ""
 
 
-def _accept_length(ev: SourceEvidence, hello: Hello, manifest: Manifest | None, add: Add) -> None:
+def _accept_length(
+    ev: SourceEvidence, hello: Hello, manifest: Manifest | None, add: Add, th: Thresholds
+) -> None:
     expected, who = expected_accept_length(hello, manifest)
     s = ev.acceptance
     measured = s.mean_accept_length
-    if measured is None or s.request_steps < MIN_REQUEST_STEPS:
+    if measured is None or s.request_steps < th.min_request_steps:
         return
     if expected is None:
-        if measured < LOW_ACCEPT_LENGTH:
+        if measured < th.low_accept_length:
             add(
                 "ACCEPT_LENGTH_LOW", WARNING,
                 f"accept length {measured:.2f} over {s.request_steps} request-steps: speculation "
@@ -203,7 +204,9 @@ def _width(hello: Hello, aux: AuxWiring, add: Add) -> None:
         )  # fmt: skip
 
 
-def _against_manifest(ev: SourceEvidence, hello: Hello, aux: AuxWiring, manifest: Manifest, add: Add) -> None:
+def _against_manifest(
+    ev: SourceEvidence, hello: Hello, aux: AuxWiring, manifest: Manifest, add: Add, th: Thresholds
+) -> None:
     trained = manifest.concat_order
     served, native = aux.capture_canonical, aux.capture_native
     eagle3 = hello.algorithm != "EAGLE"
@@ -239,13 +242,14 @@ def _against_manifest(ev: SourceEvidence, hello: Hello, aux: AuxWiring, manifest
             "make the layer ids distinct and reachable (below num_layers - 1) so every slot is captured",
             slots=aux.slots, trained_slots=len(trained),
         )  # fmt: skip
-    _drift(ev, hello, manifest, add)
-    _acceptance(ev, manifest, add)
+    _drift(ev, hello, manifest, add, th)
+    _acceptance(ev, manifest, add, th)
     _vocab(hello, manifest, add)
 
 
-def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add) -> None:
-    bad = [r for r in layer_map(hello, ev.aux_merged.merged(), manifest) if r.stats_ok is False]
+def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add, th: Thresholds) -> None:
+    live = ev.aux_merged.merged()
+    bad = [r for r in layer_map(hello, live, manifest, th.rms_ratio_limit) if r.stats_ok is False]
     if not bad:
         return
     desc = "; ".join(
@@ -262,15 +266,15 @@ def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add) -> No
     )  # fmt: skip
 
 
-def _acceptance(ev: SourceEvidence, manifest: Manifest, add: Add) -> None:
+def _acceptance(ev: SourceEvidence, manifest: Manifest, add: Add, th: Thresholds) -> None:
     acc = manifest.training_acc
     s = ev.acceptance.summary(0.0)
-    if not acc or s.request_steps < MIN_REQUEST_STEPS or not len(s.conditional):
+    if not acc or s.request_steps < th.min_request_steps or not len(s.conditional):
         return
     low = [
         {"position": i + 1, "live": round(float(live_c), 3), "trained": round(train_c, 3)}
         for i, (live_c, train_c) in enumerate(zip(s.conditional, acc, strict=False))
-        if live_c < train_c - ACCEPT_GAP
+        if live_c < train_c - th.accept_gap
     ]
     if low:
         desc = ", ".join(f"pos {d['position']}: {d['live']:.2f} vs {d['trained']:.2f}" for d in low)

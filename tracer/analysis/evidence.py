@@ -14,7 +14,7 @@ receive time, so rates do not depend on the clocks of remote hosts agreeing with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +44,7 @@ from eagle3_top.tracer.schema import (
 from .acceptance import AcceptanceStats
 from .manifest import Manifest
 from .probe_compare import ProbeComparison, compare_with_manifest
+from .requests import INTERNAL_PREFIXES, RequestTracker
 
 MAX_SOURCES = 256
 
@@ -108,6 +109,7 @@ class SourceEvidence:
     last_step_event: Event | None = None  # the latest valid step, viewed lazily
     probe: ProbeComparison | None = None  # the latest probe, against the manifest
     probe_note: str | None = None  # why the latest probe event could not be compared
+    requests: RequestTracker = field(default_factory=RequestTracker)
     last_seen: float = 0.0
     events: int = 0
     steps: int = 0
@@ -146,8 +148,14 @@ class EvidenceBook:
     """Per-source evidence of many sources. Not thread-safe by itself: the caller serialises."""
 
     def __init__(
-        self, *, max_sources: int = MAX_SOURCES, history_s: int = 120, manifest: Manifest | None = None
+        self,
+        *,
+        max_sources: int = MAX_SOURCES,
+        history_s: int = 120,
+        manifest: Manifest | None = None,
+        internal_prefixes: Sequence[str] = INTERNAL_PREFIXES,
     ) -> None:
+        self.internal_prefixes = tuple(internal_prefixes)  # rids of the server's own requests
         self.sources: dict[str, SourceEvidence] = {}
         self.manifest = manifest  # probe events are compared with its samples when given
         self.max_sources = max_sources
@@ -164,7 +172,11 @@ class EvidenceBook:
                 oldest = min(self.sources.values(), key=lambda s: s.last_seen)
                 del self.sources[oldest.key]
                 self.dropped_sources += 1
-            st = self.sources[key] = SourceEvidence(key, AcceptanceStats(history_s=self.history_s))
+            st = self.sources[key] = SourceEvidence(
+                key,
+                AcceptanceStats(history_s=self.history_s),
+                requests=RequestTracker(internal_prefixes=self.internal_prefixes),
+            )
         return st
 
     def ingest(self, events: Iterable[Event], now: float, on_malformed: OnMalformed | None = None) -> int:
@@ -182,6 +194,7 @@ class EvidenceBook:
                     n, accepted, carried = step_columns(ev.body)
                     if accepted.size == 0:
                         st._stepped(ev)
+                        st.requests.push(now, (ev,), 0)
                         used += 1
                     else:  # counted with its group below
                         g = groups.get((ev.src, n))
@@ -223,6 +236,11 @@ class EvidenceBook:
         self.events += used
         return used
 
+    def fold_requests(self) -> None:
+        """Bring every source's request figures up to date (a few times a second, not per event)."""
+        for st in self.sources.values():
+            st.requests.fold()
+
     def _malformed(
         self, st: SourceEvidence, ev: Event, exc: Exception, on_malformed: OnMalformed | None
     ) -> None:
@@ -249,6 +267,7 @@ class EvidenceBook:
         depth = tree_depth(items[0][0].body, n)  # one tree shape per server configuration
         if check_values(n, cat, sizes, tokens):
             st.acceptance.add_many(cat, n, now, len(items), depth)
+            st.requests.push(now, [ev for ev, _, _ in items], int(cat.size))
             st.steps += len(items)
             st.last_step_event, st._last_step = items[-1][0], None
             return len(items)
@@ -260,6 +279,7 @@ class EvidenceBook:
                 self._malformed(st, ev, exc, on_malformed)
                 continue
             st.acceptance.add(sv.accepted, sv.n, now, tree_depth(ev.body, sv.n))
+            st.requests.push(now, (ev,), sv.batch)
             st._stepped(ev, sv)
             used += 1
         return used

@@ -52,7 +52,12 @@ def _direction_is_signal(live: Fingerprint, ref: Fingerprint, i: int, width: int
     return min(_coherence(live, i, width), _coherence(ref, i, width)) * live.rows**0.5 >= DIRECTION_SNR
 
 
-def layer_map(hello: Hello | None, live: Fingerprint | None, manifest: Manifest) -> list[SlotRow]:
+def layer_map(
+    hello: Hello | None,
+    live: Fingerprint | None,
+    manifest: Manifest,
+    rms_ratio_limit: float = RMS_RATIO_LIMIT,
+) -> list[SlotRow]:
     """``live``: the source's aux fingerprints merged (``AuxEvidence.merged``)."""
     trained = manifest.concat_order
     served = (hello.aux.capture_canonical if hello is not None and hello.aux is not None else None) or []
@@ -70,7 +75,7 @@ def layer_map(hello: Hello | None, live: Fingerprint | None, manifest: Manifest)
             cos = sketch_cosine(live.sketch[i], ref.sketch[i]) if both else None
             ratio = (rms_l + 1e-12) / (rms_t + 1e-12)
             judged = cos is not None and _direction_is_signal(live, ref, i, manifest.slot_width)
-            stats_ok = (1 / RMS_RATIO_LIMIT <= ratio <= RMS_RATIO_LIMIT) and (
+            stats_ok = (1 / rms_ratio_limit <= ratio <= rms_ratio_limit) and (
                 not judged or (cos is not None and cos >= SKETCH_COSINE_FLOOR)
             )
         rows.append(SlotRow(i, t, v, rms_l, rms_t, cos, t is not None and t == v, stats_ok))

@@ -44,10 +44,14 @@ def payoff(s: AcceptanceSummary, baseline_tok_s: float | None) -> Payoff | None:
 
 
 def payoff_finding(
-    key: str, stats: AcceptanceStats, now: float, baseline_tok_s: float | None
+    key: str,
+    stats: AcceptanceStats,
+    now: float,
+    baseline_tok_s: float | None,
+    min_request_steps: int = MIN_REQUEST_STEPS,
 ) -> Finding | None:
     p = payoff_now(stats, now, baseline_tok_s)
-    if p is None or stats.request_steps < MIN_REQUEST_STEPS or p.speedup >= 1.0:
+    if p is None or stats.request_steps < min_request_steps or p.speedup >= 1.0:
         return None
     return Finding(
         "SPECULATION_SLOWER_THAN_BASELINE",

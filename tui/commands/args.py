@@ -10,7 +10,7 @@ import re
 
 from eagle3_top.tracer.schema import printable
 
-COMMANDS = ("check", "manifest", "probe", "toy", "keys", "demo", "record", "dump", "recording")
+COMMANDS = ("check", "manifest", "probe", "toy", "keys", "demo", "record", "dump", "recording", "serve-web")
 
 # tcp://HOST:PORT (HOST a name, an IPv4 address or a bracketed IPv6 one), HOST:PORT, ipc://PATH.
 _TCP = re.compile(r"^(?:tcp://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]+)$")

@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds to wait for the evidence (default 30)",
     )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file whose [thresholds] the findings use (default: $EAGLE3_TOP_CONFIG, else "
+        "~/.config/eagle3-top/config.toml if present)",
+    )
     add_curve_arguments(p)
     return p
 
@@ -156,11 +162,13 @@ def main(argv: list[str]) -> int:
     from eagle3_top.tracer.analysis.check import NoStream, judge_recording, watch
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.curve import KeyError_
+    from eagle3_top.tui.config import ConfigError, load_config
 
     try:
         curve = curve_from(ns)
         manifest = load_manifest(ns.manifest) if ns.manifest else None
-    except (KeyError_, ManifestError) as exc:
+        thresholds = load_config(ns.config).thresholds
+    except (KeyError_, ManifestError, ConfigError) as exc:
         return fail(PROG, str(exc))
     if ns.replay is not None:
         from eagle3_top.tracer.recording import RecordingReader
@@ -168,7 +176,12 @@ def main(argv: list[str]) -> int:
         reader = RecordingReader(ns.replay)
         try:
             result = judge_recording(
-                reader, manifest, steps=ns.steps, min_steps=ns.min_steps, timeout=ns.timeout
+                reader,
+                manifest,
+                steps=ns.steps,
+                min_steps=ns.min_steps,
+                timeout=ns.timeout,
+                thresholds=thresholds,
             )
         except NoStream as exc:
             lost = "; ".join(reader.report.describe()[:2])
@@ -189,6 +202,7 @@ def main(argv: list[str]) -> int:
                     timeout=ns.timeout,
                     curve=curve,
                     progress=progress,
+                    thresholds=thresholds,
                 )
             except NoStream as exc:
                 progress.clear()

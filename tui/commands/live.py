@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .args import endpoint_list, looks_like_endpoint, unknown_command
@@ -38,8 +39,12 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--follow", action="store_true", help="replay a file that is still being written, and keep up"
     )
+    p.add_argument("--record-dir", metavar="DIR", help="where r writes its recordings (default: here)")
     p.add_argument(
-        "--record-dir", default=".", metavar="DIR", help="where r writes its recordings (default: here)"
+        "--config",
+        metavar="FILE",
+        help="config file (TOML; default $EAGLE3_TOP_CONFIG, else ~/.config/eagle3-top/config.toml "
+        "if present): defaults for these flags, [thresholds], theme; a flag beats the file",
     )
     p.add_argument(
         "--once",
@@ -53,6 +58,12 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
         metavar="X",
         help="the same server's tok/s without speculation, at the same load: shows the speed-up, the "
         "break-even accept length, and a finding when speculation is slower",
+    )
+    p.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json (or a model directory holding one) to show tokens as text; by default "
+        "each source's own, when its model directory is on this machine (needs eagle3-top[text])",
     )
     p.add_argument(
         "--json", action="store_true", help="the snapshot as JSON (docs/snapshot.md); implies --once"
@@ -69,7 +80,8 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str], usage: str | None = None) -> int:
+def main(argv: list[str], usage: str | None = None, check_only: bool = False) -> int:
+    """``check_only``: every check, then EXIT_OK instead of the screen (serve-web checks first)."""
     ns = parse(build_parser(usage), argv)
     if isinstance(ns, int):
         return ns
@@ -79,8 +91,18 @@ def main(argv: list[str], usage: str | None = None) -> int:
         print(__version__)
         return EXIT_OK
     ns.once = ns.once or ns.json
+    why = _apply_config(ns)
+    if why is not None:
+        return fail("eagle3-top", why)
+    if ns.tokenizer is not None:
+        from eagle3_top.tui.token_text import TokenizerError, TokenText
+
+        try:
+            ns.tokenizer = TokenText.load(ns.tokenizer)
+        except TokenizerError as exc:
+            return fail("eagle3-top", f"--tokenizer {exc}")
     if ns.replay is not None:
-        return _replay(ns)
+        return _replay(ns, check_only)
     if ns.follow or ns.speed != 1.0:
         return fail("eagle3-top", "--speed and --follow go with --replay FILE")
     for word in ns.endpoints:
@@ -92,7 +114,7 @@ def main(argv: list[str], usage: str | None = None) -> int:
         print(f"eagle3-top: {msg} (skipped)", file=sys.stderr)
     if not endpoints:
         return fail("eagle3-top", "no valid endpoint")
-    if not ns.once and not _terminal():
+    if not ns.once and not check_only and not _terminal():
         return fail(
             "eagle3-top",
             "the live monitor needs a terminal (stdin and stdout); for one snapshot without one, "
@@ -110,10 +132,19 @@ def main(argv: list[str], usage: str | None = None) -> int:
         from .once import ONCE_INTERVAL_S, once_live
 
         return once_live(
-            endpoints, manifest, curve, ns.interval or ONCE_INTERVAL_S, ns.json, ns.baseline_tok_s
+            endpoints,
+            manifest,
+            curve,
+            ns.interval or ONCE_INTERVAL_S,
+            ns.json,
+            ns.baseline_tok_s,
+            ns.tokenizer,
         )
+    if check_only:
+        return EXIT_OK
     from eagle3_top.tui.app import run_app
 
+    _watch_server()
     run_app(
         endpoints,
         manifest=manifest,
@@ -121,6 +152,8 @@ def main(argv: list[str], usage: str | None = None) -> int:
         record_dir=ns.record_dir,
         refresh_hz=1.0 / (ns.interval or LIVE_INTERVAL_S),
         baseline_tok_s=ns.baseline_tok_s,
+        tokenizer=ns.tokenizer,
+        config=ns.cfg,
     )
     return EXIT_OK
 
@@ -164,12 +197,43 @@ def speed_arg(text: str) -> float | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# What textual-serve (`eagle3-top serve-web`) sets for the monitor it starts for a browser tab.
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
+
+
+def _apply_config(ns: argparse.Namespace) -> str | None:
+    """Fill what the command line left out from the config file (flags beat the file)."""
+    from eagle3_top.tui.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(ns.config)
+    except ConfigError as exc:
+        return str(exc)
+    ns.endpoints = ns.endpoints or list(cfg.endpoints)
+    ns.manifest = ns.manifest or cfg.manifest
+    ns.interval = ns.interval or cfg.interval
+    ns.baseline_tok_s = ns.baseline_tok_s or cfg.baseline_tok_s
+    ns.record_dir = ns.record_dir or cfg.record_dir or "."
+    if ns.tokenizer is None and cfg.tokenizer is not None:
+        ns.tokenizer = cfg.tokenizer
+    ns.cfg = cfg
+    return None
+
+
+def _watch_server() -> None:
+    if os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER:
+        from .parent_watch import exit_with_parent
+
+        exit_with_parent()
+
+
 def _terminal() -> bool:
-    # Drawing into a pipe or a CI log would hang the job and fill the log with escapes.
-    return sys.stdout.isatty() and sys.stdin.isatty()
+    # Drawing into a pipe or a CI log would hang the job and fill the log with escapes; the one pipe
+    # that is a screen is textual-serve's, which the web driver draws into for a browser.
+    return (sys.stdout.isatty() and sys.stdin.isatty()) or os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER
 
 
-def _replay(ns: argparse.Namespace) -> int:
+def _replay(ns: argparse.Namespace, check_only: bool = False) -> int:
     if ns.endpoints:
         return fail("eagle3-top", "--replay shows a file; give no endpoint with it")
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
@@ -191,7 +255,9 @@ def _replay(ns: argparse.Namespace) -> int:
             return fail("eagle3-top", "--once reads the file as it stands; give no --follow with it")
         from .once import once_replay
 
-        return once_replay(timeline, manifest, ns.json, ns.baseline_tok_s)
+        return once_replay(timeline, manifest, ns.json, ns.baseline_tok_s, ns.tokenizer)
+    if check_only:
+        return EXIT_OK
     if not _terminal():
         return fail(
             "eagle3-top",
@@ -200,10 +266,13 @@ def _replay(ns: argparse.Namespace) -> int:
         )
     from eagle3_top.tui.replay_app import run_replay
 
+    _watch_server()
     run_replay(
         timeline,
         manifest=manifest,
         refresh_hz=1.0 / (ns.interval or REPLAY_INTERVAL_S),
         baseline_tok_s=ns.baseline_tok_s,
+        tokenizer=ns.tokenizer,
+        config=ns.cfg,
     )
     return EXIT_OK

@@ -20,6 +20,7 @@ from .report import EXIT_OK, EXIT_PARTIAL, quiet_stdout
 
 if TYPE_CHECKING:
     from eagle3_top.tui.snapshot import Snapshot
+    from eagle3_top.tui.token_text import TokenText
 
 ONCE_INTERVAL_S = 1.0  # how long --once listens when -i does not say
 RECENT = (10, 60)  # the windows --json reports beside since-start
@@ -32,6 +33,7 @@ def once_live(
     interval_s: float,
     as_json: bool,
     baseline_tok_s: float | None = None,
+    tokenizer: TokenText | None = None,
 ) -> int:
     from eagle3_top.tracer.subscriber import Subscriber
     from eagle3_top.tui.feed import Feed
@@ -49,11 +51,15 @@ def once_live(
         snap = feed.snapshot(windows=RECENT if as_json else ())
     finally:
         feed.stop()
-    return _print(snap, manifest, as_json)
+    return _print(snap, manifest, as_json, tokenizer)
 
 
 def once_replay(
-    timeline: Timeline, manifest: Manifest | None, as_json: bool, baseline_tok_s: float | None = None
+    timeline: Timeline,
+    manifest: Manifest | None,
+    as_json: bool,
+    baseline_tok_s: float | None = None,
+    tokenizer: TokenText | None = None,
 ) -> int:
     """The snapshot at the end of the recording; what the file lost goes to stderr, as `dump` says it."""
     from eagle3_top.tui.replay_feed import ReplayFeed
@@ -61,21 +67,25 @@ def once_replay(
     feed = ReplayFeed(timeline, manifest=manifest, baseline_tok_s=baseline_tok_s)
     feed.run_to_end()
     feed.settle_findings(timeline.now())
-    code = _print(feed.snapshot(windows=RECENT if as_json else ()), manifest, as_json)
+    code = _print(feed.snapshot(windows=RECENT if as_json else ()), manifest, as_json, tokenizer)
     for line in timeline.damage():
         print(f"eagle3-top: {timeline.path}: {printable(line, 300)}", file=sys.stderr)
     return code
 
 
-def _print(snap: Snapshot, manifest: Manifest | None, as_json: bool) -> int:
+def _print(snap: Snapshot, manifest: Manifest | None, as_json: bool, tokenizer: TokenText | None) -> int:
     from eagle3_top.tui.snapshot_json import snapshot_json
     from eagle3_top.tui.snapshot_text import snapshot_text
+    from eagle3_top.tui.tokenizer_shelf import TokenizerShelf
+
+    # --tokenizer, else each source's beside its model, read now: this command prints and exits
+    tokenizers = TokenizerShelf(tokenizer, background=False)
 
     try:
         if as_json:
-            print(json.dumps(snapshot_json(snap, manifest), indent=1, allow_nan=False))
+            print(json.dumps(snapshot_json(snap, manifest, tokenizers), indent=1, allow_nan=False))
         else:
-            print(snapshot_text(snap))
+            print(snapshot_text(snap, tokenizers))
         sys.stdout.flush()
     except BrokenPipeError:  # the reader had enough (`| head`)
         quiet_stdout()

@@ -1,0 +1,103 @@
+"""The requests view and a request's timeline, driven with Pilot on a replayed recording of a
+server whose requests come and go (tests/stream_samples.py churn_step)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import screen_text, wait_until
+from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tui.replay_app import ReplayApp
+from eagle3_top.tui.requests_screen import RequestsScreen
+from eagle3_top.tui.timeline_screen import TimelineScreen
+from stream_samples import LIFE, churn_rids, write_session
+
+SECONDS, RATE = 10, 10
+LAST = SECONDS * RATE  # the last step's number
+
+
+@pytest.fixture(scope="module")
+def churn(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = str(tmp_path_factory.mktemp("req") / "churn.mcap")
+    write_session(path, seconds=SECONDS, steps_per_s=RATE, churn=True)
+    return path
+
+
+def _rows(app: ReplayApp) -> list[list[str]]:
+    """The requests table as a user reads it: rid first, one list per row."""
+    return [
+        line.split()
+        for line in screen_text(app).splitlines()[4:]
+        if line.strip().startswith(("req", "HEALTH"))
+    ]
+
+
+async def test_enter_on_a_source_lists_its_requests_and_their_figures(churn: str) -> None:
+    app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
+    async with app.run_test(size=(120, 34)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RequestsScreen) and _rows(app), what="rows")
+        running = set(churn_rids(LAST))
+        text = screen_text(app)
+        assert f"{len(running)} running" in text
+        rows = {r[0]: r for r in _rows(app)}
+        for rid in running:
+            assert rows[rid][1] == "running"
+        # req10 ran its LIFE steps accepting 10 % 3 = 1 draft each: accept length 2, 2 tokens a step
+        r = rows["req10"]
+        assert r[1:6] == ["done", str(2 * LIFE), str(LIFE), "2.00", "2"]
+        # running ones come first
+        states = [r[1] for r in _rows(app)]
+        assert states == sorted(states, key=lambda s: s != "running")
+        # SGLang's health check is hidden and counted; i shows it, marked internal
+        assert "HEALTH_CHECK_5f3a" not in rows and "hidden (1)" in text
+        await pilot.press("i")
+        await wait_until(pilot, lambda: "HEALTH_CHECK_5f3a" in screen_text(app), what="internal shown")
+        assert {r[0]: r for r in _rows(app)}["HEALTH_CHECK_5f3a"][1] == "internal"
+
+
+async def test_sort_and_filter(churn: str) -> None:
+    app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: _rows(app), what="rows")
+        await pilot.press("s")  # tokens generated, most first
+        await wait_until(pilot, lambda: "tokens generated" in screen_text(app), what="sorted by tokens")
+        tokens = [int(r[2]) for r in _rows(app)]
+        assert tokens == sorted(tokens, reverse=True) and tokens[0] == 3 * LIFE
+        await pilot.press("slash", *"req2", "enter")
+        await wait_until(pilot, lambda: "'req2'" in screen_text(app), what="the filter")
+        rids = [r[0] for r in _rows(app)]
+        assert rids and all("req2" in r for r in rids)
+        assert sorted(rids) == sorted(r for r in (f"req{i}" for i in range(LAST // 3 + 1)) if "req2" in r)
+        await pilot.press("escape")  # leaves the table, keeps the filter
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, RequestsScreen), what="back")
+
+
+async def test_a_request_timeline_shows_each_step_and_its_drafts(churn: str) -> None:
+    app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: _rows(app), what="rows")
+        rids = [r[0] for r in _rows(app)]
+        target = next(r for r in rids if r not in churn_rids(LAST))  # a finished one
+        await pilot.press(*["down"] * rids.index(target), "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, TimelineScreen), what="the timeline")
+        assert app.screen.rid == target
+        await wait_until(pilot, lambda: "step by step" in screen_text(app), what="its steps")
+        n = int(target[3:])
+        length = n % 3 + 1
+        text = screen_text(app)
+        assert f"{length * LIFE} tokens in {LIFE} verify steps" in text
+        assert f"{LIFE} steps, min {length} max {length}" in text
+        step_lines = [line for line in text.splitlines() if line.strip().startswith("+") and "→" in line]
+        assert len(step_lines) == LIFE
+        first = 3 * n  # request n joins at step 3n
+        assert [int(line.split()[1]) for line in step_lines] == list(range(first, first + LIFE))
+        assert all(int(line.split()[2]) == length for line in step_lines)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, RequestsScreen), what="back to requests")
+        assert not any(st.requests.watched for st in app.feed.book.sources.values())

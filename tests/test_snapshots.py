@@ -1,0 +1,58 @@
+"""Snapshot tests: every screen at 80x24, 120x30 and 200x50, drawn from the demo recording replayed
+to its end, so that a layout regression fails CI. Review a change with
+`pytest tests/test_snapshots.py --snapshot-report`; accept an intended one with `--snapshot-update`
+(the SVGs are in tests/__snapshots__/, viewable in a browser)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import screen_text, wait_until
+from eagle3_top.tracer.analysis.manifest import load_manifest
+from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tui.replay_app import ReplayApp
+from eagle3_top.tui.token_text import TokenText
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "examples" / "demo.mcap")
+SIZES = [(80, 24), (120, 30), (200, 50)]
+# Each screen: the keys that open it from the main screen (the second source is the mis-wired
+# one), and what it shows once drawn.
+SCREENS = {
+    "main": ((), "latest proposals"),
+    "requests": (("enter",), "sorted by"),
+    "timeline": (("enter", "enter"), "step by step"),
+    "findings": (("down", "f"), "docs: docs/findings.md#"),
+    "plots": (("g",), "accept length"),
+    "help": (("question_mark",), "Keys"),
+}
+
+
+def demo_app() -> ReplayApp:
+    # The tokenizer is given: the recording's hello names the model directory of the machine that
+    # recorded it, which a clone elsewhere does not have.
+    return ReplayApp(
+        Timeline(DEMO, speed=None),
+        manifest=load_manifest(str(ROOT / "examples" / "demo-manifest.json")),
+        refresh_hz=20,
+        tokenizer=TokenText.load(str(ROOT / "hooks" / "toy" / "weights" / "target")),
+    )
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_screen(snap_compare, screen: str, size: tuple[int, int]) -> None:
+    app = demo_app()
+
+    async def to_the_end(pilot) -> None:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), timeout=20, what="the end")
+        await wait_until(pilot, lambda: "error" in screen_text(app), timeout=20, what="the findings")
+        keys, drawn = SCREENS[screen]
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.1)
+        await wait_until(pilot, lambda: drawn in screen_text(app), timeout=20, what=drawn)
+        await pilot.pause(0.3)  # a refresh after the screen's first drawing
+
+    assert snap_compare(app, terminal_size=size, run_before=to_the_end)

@@ -1,0 +1,64 @@
+"""Every finding of every source as text a user can read, paste into a ticket or grep: the code,
+severity and source, the message, the fix, the evidence and the docs section. The findings screen
+draws it; ``c`` there copies it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from eagle3_top.tracer.analysis.finding_docs import docs_anchor
+from eagle3_top.tracer.analysis.findings import Finding
+from rich.text import Text
+
+from .snapshot import Snapshot, SourceSnapshot
+
+_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
+MAX_EVIDENCE_CHARS = 400  # per finding; a layer map's evidence can run long
+
+
+def evidence_text(evidence: dict[str, Any]) -> str:
+    parts = []
+    for k, v in evidence.items():
+        s = json.dumps(v, separators=(",", ":"), default=str) if not isinstance(v, str) else v
+        parts.append(f"{k}={s}")
+    text = " ".join(parts)
+    return text if len(text) <= MAX_EVIDENCE_CHARS else text[: MAX_EVIDENCE_CHARS - 1] + "…"
+
+
+def _ordered(snap: Snapshot, first: str | None) -> list[SourceSnapshot]:
+    return sorted(snap.sources, key=lambda s: (s.key != first, s.key))
+
+
+def findings_report(snap: Snapshot | None, first: str | None = None) -> Text:
+    """``first``: the selected source, listed before the others."""
+    t = Text()
+    if snap is None or not snap.sources:
+        t.append("no source heard yet", style="dim")
+        return t
+    total = sum(len(s.findings) for s in snap.sources)
+    t.append(f"{total} finding(s) over {len(snap.sources)} source(s)\n", style="bold")
+    for src in _ordered(snap, first):
+        t.append(f"\n{src.name}\n", style="bold cyan")
+        if src.hello is None:
+            t.append("  waiting for a hello (nothing to judge the wiring on yet)\n", style="dim")
+        if src.findings_error:
+            t.append(f"  the findings engine failed: {src.findings_error}\n", style="red")
+        if not src.findings and src.hello is not None and not src.findings_error:
+            t.append("  none\n", style="green")
+        for f in src.findings:
+            _finding(t, f)
+    return t
+
+
+def _finding(t: Text, f: Finding) -> None:
+    t.append(f"  {f.severity.upper():<7} ", style=_STYLE.get(f.severity, ""))
+    t.append(f"{f.code}\n", style=_STYLE.get(f.severity, ""))
+    t.append(f"    {f.message}\n")
+    if f.fix:
+        t.append("    fix: ", style="bold")
+        t.append(f"{f.fix}\n")
+    if f.evidence:
+        t.append("    evidence: ", style="dim")
+        t.append(f"{evidence_text(f.evidence)}\n", style="dim")
+    t.append(f"    docs: {docs_anchor(f.code)}\n", style="dim")
