@@ -13,6 +13,7 @@ from benchmarks import (
     bench_hostile_flood,
     bench_ingest,
     bench_manifest,
+    bench_monitor_load,
     bench_publisher,
     bench_record,
     bench_record_e2e,
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     secs = "2" if ns.quick else "5"
     bench_tui_ingest.main(["--seconds", secs])
     bench_tui_ingest.main(["--seconds", secs, "--rate", "10000"])
+    print("# bench_monitor_load: 8 sources x 1,000 step events/s, requests view open, --once --json")
+    bench_monitor_load.main(["--seconds", "4" if ns.quick else "10"])
     bench_manifest.main(["--files", "1000" if ns.quick else "10000"])
     bench_record.main(["--events", "30000", "--rounds", "1", "--no-hour"] if ns.quick else [])
     bench_record_e2e.main(["--seconds", "2", "--rounds", "1"] if ns.quick else [])

@@ -219,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
             front.close()
         if publisher is not None:
             publisher.close()
+    if not engine.speculates:
+        print(
+            f"eagle3-top toy: {summary.get('verify_steps')} decode steps without speculation", file=sys.stderr
+        )
+        return 0
     print(
         "eagle3-top toy: {verify_steps} verify steps, mean accept length {mal:.3f}".format(
             verify_steps=summary.get("verify_steps"), mal=summary.get("mean_accept_length", float("nan"))

@@ -2,12 +2,14 @@
 
 The engine knows nothing of the tracer: we wrap its ``verify`` (the per-step read point, like
 ``EAGLEWorkerV2.verify``) and put a forward pre-hook on the draft's ``model.fc`` (what the draft
-really consumes). The hello is read from the live objects: the capture list the target holds, the
+really consumes). Run without speculation, it has no draft: its ``decode`` steps are published as
+steps of width 1 (the input token as root, no drafts, the greedy token committed). The hello is read from the live objects: the capture list the target holds, the
 ids the engine really read, the width ``fc`` expects.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +28,7 @@ def toy_hello(engine: Any) -> Hello:
     """The hello of the built-in engine, read from its live objects like SGLang's."""
     sa = engine.server_args
     rewrites = tuple(map(Rewrite.from_body, sa.rewrites))
-    return wiring_report(
+    hello = wiring_report(
         engine="toy",
         engine_version=__version__,
         target_model=engine.target,
@@ -38,11 +40,13 @@ def toy_hello(engine: Any) -> Hello:
         use_aux_hidden_state=engine.use_aux_hidden_state,
         ids_read=engine.spec_aux_ids,
     )
+    # No draft: nothing feeds one, and an aux report would read as a draft left on its defaults.
+    return hello if engine.speculates else dataclasses.replace(hello, aux=None)
 
 
 def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
-    """Wrap ``engine.verify`` and ``engine.prefill`` and hook ``draft.model.fc``; returns a function
-    that detaches all three.
+    """Wrap ``engine.verify``, ``engine.decode`` and ``engine.prefill`` and hook ``draft.model.fc``
+    (when there is a draft); returns a function that detaches them all.
 
     Probe capture: while the wrapped ``prefill`` runs, the ``fc`` pre-hook sees the prefill
     draft-extend input ``[bs, L, K*H]`` (the toy prefills whole prompts, no prefix cache) and
@@ -70,6 +74,22 @@ def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
         t0 = time.perf_counter()
         result = original(batch)
         after_verify(batch, result, time.perf_counter() - t0)
+        return result
+
+    original_decode = engine.decode
+
+    @tracer.guarded
+    def after_decode(batch: Any, result: Any, dt: float) -> None:
+        # the input token is the root, as in a verify step: width 1, accept length 1
+        step = tracer.make_step(
+            [r.rid for r in batch.reqs], batch.input_ids, result.accept_lens, result.next_token_ids, dt=dt
+        )
+        tracer.publish_step(step)
+
+    def decode(batch: Any) -> Any:
+        t0 = time.perf_counter()
+        result = original_decode(batch)
+        after_decode(batch, result, time.perf_counter() - t0)
         return result
 
     original_prefill = engine.prefill
@@ -102,12 +122,15 @@ def attach_toy(engine: Any, tracer: Tracer) -> Callable[[], None]:
             tracer.record_aux(args[0])
 
     engine.verify = verify
+    engine.decode = decode
     engine.prefill = prefill
-    handle = engine.draft.model.fc.register_forward_pre_hook(fc_pre_hook)
+    handle = None if engine.draft is None else engine.draft.model.fc.register_forward_pre_hook(fc_pre_hook)
 
     def detach() -> None:
-        handle.remove()
+        if handle is not None:
+            handle.remove()
         engine.verify = original
+        engine.decode = original_decode
         engine.prefill = original_prefill
 
     return detach

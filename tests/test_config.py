@@ -114,3 +114,29 @@ def test_thresholds_from_the_file_move_the_gate(tmp_path: Path) -> None:
     assert "ACCEPT_LENGTH_LOW" in {f.code for f in diagnose(ev)}
     th = load_config(write(tmp_path, "[thresholds]\nmin_request_steps = 1000\n")).thresholds
     assert "ACCEPT_LENGTH_LOW" not in {f.code for f in diagnose(ev, None, th)}
+
+
+def test_acc_mark_gap_from_the_file_decides_the_red_mark() -> None:
+    """A served conditional rate 0.24 below training's acc_i is red at the default gap (0.2), not at 0.5."""
+    from dataclasses import replace
+
+    from eagle3_top.tracer.analysis.evidence import EvidenceBook
+    from eagle3_top.tracer.schema import HELLO, STEP, DraftClaims, decode, encode
+    from eagle3_top.tui.position_bars import render_positions
+    from eagle3_top.tui.snapshot import take_snapshot
+    from stream_samples import hello, step
+
+    book = EvidenceBook()
+    h = hello(DraftClaims(acc=[0.99, 0.99, 0.99]))
+    frames = [encode(HELLO, "b:1:r0", 0, 1.0, h.to_body())]
+    frames += [encode(STEP, "b:1:r0", i, 1.0, step(i, batch=8, max_accept=4)) for i in range(1, 40)]
+    book.ingest([decode(f) for f in frames], 1.0)
+    src = take_snapshot(book, {}, 2.0).sources[0]
+    assert src.summary.conditional[0] < 0.99 - 0.2  # uniform acceptance: 0.75 at position 1
+
+    def red_marks(s) -> int:
+        text = render_positions(s, 60, 6)
+        return sum(1 for span in text.spans if str(span.style) == "red")
+
+    assert red_marks(src) >= 1
+    assert red_marks(replace(src, acc_mark_gap=0.5)) == 0

@@ -24,7 +24,7 @@ SCREENS = {
     "requests": (("enter",), "sorted by"),
     "timeline": (("enter", "enter"), "step by step"),
     "findings": (("down", "f"), "docs: docs/findings.md#"),
-    "plots": (("g",), "accept length"),
+    "plots": (("g",), "per position"),
     "help": (("question_mark",), "Keys"),
 }
 

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from eagle3_top.tracer.analysis.diagnose import expected_accept_length
 from eagle3_top.tracer.analysis.manifest import Manifest
 from rich.text import Text
-from textual import events
 
 from .braille import BrailleCanvas
 from .fmt import short
+from .sized_panel import SizedPanel
 from .snapshot import Snapshot
-from .text_panel import TextPanel
 
 # Distinct on dark and light terminals, and none of them red or yellow: red means trouble on this
 # monitor, yellow is training's.
@@ -218,22 +217,13 @@ def render_accept_plot(data: AcceptPlotData, width: int, height: int) -> Text:
     return out
 
 
-class AcceptPlot(TextPanel):
+class AcceptPlot(SizedPanel):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.data = AcceptPlotData()
-        self._drawn: tuple[AcceptPlotData, int, int] | None = None
 
     def update_from(self, snap: Snapshot | None, manifest: Manifest | None) -> None:
-        self.data = plot_data(snap, manifest)
-        self.redraw()
+        self.set_data(plot_data(snap, manifest))
 
-    def redraw(self) -> None:
-        w, h = self.size
-        if not w or not h or self._drawn == (self.data, w, h):
-            return
-        self._drawn = (self.data, w, h)
-        self.show(render_accept_plot(self.data, w, h))
-
-    def on_resize(self, event: events.Resize) -> None:
-        self.redraw()
+    def draw(self, data: AcceptPlotData, width: int, height: int) -> Text:
+        return render_accept_plot(data, width, height)

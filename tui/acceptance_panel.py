@@ -19,8 +19,11 @@ def render_headline(src: SourceSnapshot | None) -> Text:
     t.append("accept len ", style="dim")
     t.append(f"{s.mean_accept_length:.2f}" if s.request_steps else "—", style="bold green")
     t.append(" (drafts+1)", style="dim")
-    t.append("  rate ", style="dim")
-    t.append(f"{s.accept_rate:.1%}" if s.request_steps else "—", style="bold")
+    if src.speculates:
+        t.append("  rate ", style="dim")
+        t.append(f"{s.accept_rate:.1%}" if s.request_steps else "—", style="bold")
+    else:
+        t.append("  no speculation", style="bold")
     t.append("\nverify ", style="dim")
     t.append(f"{s.steps_per_s:,.1f}", style="bold")
     t.append(" steps/s  ", style="dim")

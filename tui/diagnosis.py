@@ -60,7 +60,8 @@ class Diagnoser:
             try:
                 th = self.thresholds
                 found = diagnose(st, self.manifest, th)
-                slower = payoff_finding(key, st.acceptance, now, self.baseline_tok_s, th.min_request_steps)
+                baseline = self.baseline_tok_s if st.hello.speculates else None  # nothing to compare
+                slower = payoff_finding(key, st.acceptance, now, baseline, th.min_request_steps)
                 found = worst_first([*found, slower] if slower else found)
                 rows: tuple[SlotRow, ...] = ()
                 if self.manifest is not None:

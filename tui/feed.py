@@ -45,7 +45,7 @@ class Feed:
         subscriber_factory: Callable[[list[str]], Subscriber] | None = None,
         stale_after_s: float = STALE_AFTER_S,
         poll_ms: int = 50,
-        max_batch: int = 1024,
+        max_batch: int = 256,
         clock: Callable[[], float] = time.time,
         baseline_tok_s: float | None = None,
         thresholds: Thresholds = THRESHOLDS,
@@ -154,7 +154,12 @@ class Feed:
         if t >= self._next_fold:
             self._next_fold = t + REQUESTS_FOLD_S
             with self._lock:
-                self.book.fold_requests()
+                keys = list(self.book.sources)
+            for key in keys:  # one source per lock hold: a snapshot never waits for all of them
+                with self._lock:
+                    st = self.book.sources.get(key)
+                    if st is not None:
+                        st.requests.fold()
 
     def watch_request(self, key: str | None, rid: str | None) -> None:
         """Keep every step's accept length of this request (its timeline is open); None stops."""
@@ -225,4 +230,5 @@ class Feed:
                 baseline_tok_s=self.diagnoser.baseline_tok_s,
                 requests_for=requests_for,
                 timeline_for=timeline_for,
+                acc_mark_gap=self.diagnoser.thresholds.acc_mark_gap,
             )

@@ -23,6 +23,9 @@ def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Tex
     if src is None or src.summary.request_steps == 0:
         t.append("no steps yet", style="dim")
         return t
+    if not src.speculates:
+        t.append("no speculation: no draft positions", style="dim")
+        return t
     unc, con = src.summary.unconditional, src.summary.conditional
     npos = len(unc)
     rows = max(1, height - 1)
@@ -50,7 +53,7 @@ def render_positions(src: SourceSnapshot | None, width: int, height: int) -> Tex
             t.append(f" {con[i]:.2f}"[-5:])
             if acc:
                 # training's acc_i beside the served conditional rate: red when far below it
-                low = i < len(acc) and con[i] < acc[i] - 0.2
+                low = i < len(acc) and con[i] < acc[i] - src.acc_mark_gap
                 t.append(
                     f" ◂{acc[i]:.2f}"[-6:] if i < len(acc) else "      ", style="red" if low else "yellow"
                 )

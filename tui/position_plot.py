@@ -11,16 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual import events
 
 from .fmt import vblock
+from .sized_panel import SizedPanel
 from .snapshot import SourceSnapshot
-from .text_panel import TextPanel
 
 SERVED_STYLE = "magenta"
 LOW_STYLE = "bold red"
 TRAINING_STYLE = "yellow"
-LOW_BY = 0.2  # served this far below training is a drop (the main screen's ◂ turns red alike)
 Y_LABEL_W = 4  # "0.5┤"
 
 
@@ -30,9 +28,10 @@ class PositionData:
     served: tuple[float, ...] = ()  # conditional rate, position 1 first
     training: tuple[float, ...] = ()  # training acc_i, position 1 first
     request_steps: int = 0
+    low_by: float = 0.2  # served this far below training is a drop (thresholds.acc_mark_gap)
 
     def low(self, i: int) -> bool:
-        return i < len(self.training) and self.served[i] < self.training[i] - LOW_BY
+        return i < len(self.training) and self.served[i] < self.training[i] - self.low_by
 
 
 def position_data(src: SourceSnapshot | None) -> PositionData:
@@ -40,7 +39,11 @@ def position_data(src: SourceSnapshot | None) -> PositionData:
         return PositionData()
     s = src.summary
     return PositionData(
-        src.name, tuple(float(v) for v in s.conditional), tuple(src.training_acc), s.request_steps
+        src.name,
+        tuple(float(v) for v in s.conditional),
+        tuple(src.training_acc),
+        s.request_steps,
+        src.acc_mark_gap,
     )
 
 
@@ -120,22 +123,13 @@ def render_position_plot(data: PositionData, width: int, height: int) -> Text:
     return out
 
 
-class PositionPlot(TextPanel):
+class PositionPlot(SizedPanel):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.data = PositionData()
-        self._drawn: tuple[PositionData, int, int] | None = None
 
     def update_from(self, src: SourceSnapshot | None) -> None:
-        self.data = position_data(src)
-        self.redraw()
+        self.set_data(position_data(src))
 
-    def redraw(self) -> None:
-        w, h = self.size
-        if not w or not h or self._drawn == (self.data, w, h):
-            return
-        self._drawn = (self.data, w, h)
-        self.show(render_position_plot(self.data, w, h))
-
-    def on_resize(self, event: events.Resize) -> None:
-        self.redraw()
+    def draw(self, data: PositionData, width: int, height: int) -> Text:
+        return render_position_plot(data, width, height)

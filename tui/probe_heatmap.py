@@ -13,10 +13,9 @@ from eagle3_top.tracer.analysis.probe_compare import MATCH_COSINE, verdict_for
 from rich.color import Color
 from rich.style import Style
 from rich.text import Text
-from textual import events
 
+from .sized_panel import SizedPanel
 from .snapshot import SourceSnapshot
-from .text_panel import TextPanel
 
 LABEL_W = 4  # "  s0"
 # cosine -> colour, linear between stops; the last stop is the match threshold and above
@@ -120,22 +119,13 @@ def render_heatmap(data: HeatmapData, width: int, height: int) -> Text:
     return Text("\n").join(lines)
 
 
-class ProbeHeatmap(TextPanel):
+class ProbeHeatmap(SizedPanel):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
         self.data = HeatmapData()
-        self._drawn: tuple[HeatmapData, int, int] | None = None
 
     def update_from(self, src: SourceSnapshot | None, has_manifest: bool) -> None:
-        self.data = heatmap_data(src, has_manifest)
-        self.redraw()
+        self.set_data(heatmap_data(src, has_manifest))
 
-    def redraw(self) -> None:
-        w, h = self.size
-        if not w or not h or self._drawn == (self.data, w, h):
-            return
-        self._drawn = (self.data, w, h)
-        self.show(render_heatmap(self.data, w, h))
-
-    def on_resize(self, event: events.Resize) -> None:
-        self.redraw()
+    def draw(self, data: HeatmapData, width: int, height: int) -> Text:
+        return render_heatmap(data, width, height)

@@ -8,7 +8,7 @@ from rich.text import Text
 from .fmt import short
 from .snapshot import SourceSnapshot
 from .text_panel import TextPanel
-from .token_spans import append_tokens, token_piece
+from .token_spans import append_drafts_and_bonus, token_piece
 from .token_text import TokenText
 from .tokenizer_shelf import TokenizerShelf
 
@@ -38,9 +38,7 @@ def render_proposals(
         t.append(f"{short(row.rid, 10):<10} ", style="cyan")
         t.append(f"[{row.accepted:>2}] ", style="dim")
         t.append(f"{root:>{root_width}} │", style="dim")
-        append_tokens(t, row.proposals, row.accepted_mask, tokens)
-        if row.bonus is not None:
-            t.append(f" → {token_piece(row.bonus, tokens)}", style="bold")
+        append_drafts_and_bonus(t, row.proposals, row.accepted_mask, row.bonus, tokens)
     return t
 
 

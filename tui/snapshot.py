@@ -17,6 +17,7 @@ from eagle3_top.tracer.analysis.layer_map import SlotRow
 from eagle3_top.tracer.analysis.payoff import Payoff, payoff_now
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
 from eagle3_top.tracer.analysis.requests import RequestTable
+from eagle3_top.tracer.analysis.thresholds import THRESHOLDS
 from eagle3_top.tracer.schema import AuxSample, Health, Hello
 from eagle3_top.tracer.subscriber import Loss
 
@@ -77,6 +78,12 @@ class SourceSnapshot:
     windows: tuple[tuple[int, AcceptanceSummary], ...] = ()  # other windows, when asked for (--json)
     payoff: Payoff | None = None  # against the baseline tok/s the user gave, over the rate window
     requests: RequestTable | None = None  # only for the source whose requests are on screen
+    acc_mark_gap: float = THRESHOLDS.acc_mark_gap  # a served rate this far below acc_i is drawn red
+
+    @property
+    def speculates(self) -> bool:
+        """False for a source whose hello says it decodes without speculation (a baseline run)."""
+        return self.hello is None or self.hello.speculates
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ def take_snapshot(
     baseline_tok_s: float | None = None,
     requests_for: str | None = None,
     timeline_for: tuple[str, str] | None = None,
+    acc_mark_gap: float = THRESHOLDS.acc_mark_gap,
 ) -> Snapshot:
     """An immutable view of every source; the caller holds the book's lock. ``window_s``: the
     acceptance figures over the last so many seconds instead of since start; ``windows``: more
@@ -148,6 +156,7 @@ def take_snapshot(
         sv = st.latest_step()
         diag = diagnoses.get(key) or _NO_DIAGNOSIS
         summary = st.acceptance.summary(now, window_s)
+        speculates = st.hello is None or st.hello.speculates  # a baseline run is no speed-up of itself
         out.append(
             SourceSnapshot(
                 key=key,
@@ -185,8 +194,9 @@ def take_snapshot(
                 window_s=window_s,
                 training_acc=_training_acc(book, st.hello),
                 windows=tuple((w, st.acceptance.summary(now, w)) for w in windows),
-                payoff=payoff_now(st.acceptance, now, baseline_tok_s),
+                payoff=payoff_now(st.acceptance, now, baseline_tok_s) if speculates else None,
                 requests=st.requests.table() if key == requests_for else None,
+                acc_mark_gap=acc_mark_gap,
             )
         )
     return Snapshot(

@@ -69,7 +69,7 @@ def _source(
         "dead": src.dead,
         "acceptance": {
             "accept_length": s.mean_accept_length if have else None,
-            "accept_rate": s.accept_rate if have else None,
+            "accept_rate": s.accept_rate if have and src.speculates else None,  # no drafts, no rate
             "request_steps": s.request_steps,
             "verify_steps": s.verify_steps,
             "conditional": list(s.conditional),

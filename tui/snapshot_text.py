@@ -52,7 +52,7 @@ def _row(src: SourceSnapshot, snap: Snapshot) -> tuple[str, ...]:
         printable(src.name, 120),
         source_state(src, snap.endpoints)[0],
         f"{s.mean_accept_length:.2f}" if have else "—",
-        f"{s.accept_rate:.1%}" if have else "—",
+        ("no spec" if not src.speculates else f"{s.accept_rate:.1%}") if have else "—",
         f"{s.steps_per_s:,.1f}",
         f"{s.tokens_per_s:,.0f}",
         f"{src.missed}/{dropped if dropped is not None else '—'}",
@@ -63,7 +63,11 @@ def _row(src: SourceSnapshot, snap: Snapshot) -> tuple[str, ...]:
 def _details(src: SourceSnapshot) -> list[str]:
     s = src.summary
     out = []
-    if s.request_steps:
+    if not src.speculates:
+        out.append(
+            f"{printable(src.key, 120)}: no speculation (the target alone, one token per request per step)"
+        )
+    elif s.request_steps:
         cond = " ".join(f"{x:.2f}" for x in s.conditional)
         uncond = " ".join(f"{x:.2f}" for x in s.unconditional)
         out.append(f"{printable(src.key, 120)}: by position, conditional {cond}; unconditional {uncond}")
@@ -82,8 +86,8 @@ def _details(src: SourceSnapshot) -> list[str]:
 
 
 def _proposals(src: SourceSnapshot, tokenizers: TokenizerShelf | None) -> list[str]:
-    if not src.proposals:
-        return []
+    if not src.proposals or not src.speculates:
+        return []  # a server without speculation proposes nothing
     choice = tokenizers.for_hello(src.hello) if tokenizers is not None else None
     tokens = choice.tokens if choice is not None else None
     how = "as text" if tokens is not None else "ids"

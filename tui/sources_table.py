@@ -139,7 +139,7 @@ class SourcesTable(DataTable):
                     Text(src.name, overflow="ellipsis", no_wrap=True),
                     state_cell(src, snap),
                     Text(f"{s.mean_accept_length:.2f}" if have else "—", style="bold"),
-                    f"{s.accept_rate:.1%}" if have else "—",
+                    ("no spec" if not src.speculates else f"{s.accept_rate:.1%}") if have else "—",
                     f"{s.steps_per_s:,.1f}",
                     f"{s.tokens_per_s:,.0f}",
                     Text(missed, style="red" if bad else ""),

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from .text_panel import TextPanel
 from .timeline_data import RequestTimeline
-from .token_spans import append_tokens, token_piece
+from .token_spans import append_drafts_and_bonus, token_piece
 from .token_text import TokenText
 
 
@@ -34,9 +34,7 @@ def render_timeline(tl: RequestTimeline, rows: int, tokens: TokenText | None) ->
         t.append(f"{s.t - t0:+5.1f}s {s.step:>5} ", style="dim")
         t.append(f"{s.accept_length:>4}", style="bold")
         t.append(f" │ {token_piece(r.root, tokens)} │", style="dim")
-        append_tokens(t, r.proposals, r.accepted_mask, tokens)
-        if r.bonus is not None:
-            t.append(f" → {token_piece(r.bonus, tokens)}", style="bold")
+        append_drafts_and_bonus(t, r.proposals, r.accepted_mask, r.bonus, tokens)
     return t
 
 

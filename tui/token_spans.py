@@ -35,6 +35,21 @@ def append_tokens(
     return text
 
 
+def append_drafts_and_bonus(
+    text: Text,
+    proposals: Sequence[int],
+    accepted_mask: Sequence[bool],
+    bonus: int | None,
+    tokens: TokenText | None,
+) -> Text:
+    """A step's drafts (accepted path green, rejected red), then ``→ bonus``: one row's tail in the
+    proposals panel and in a request's timeline alike."""
+    append_tokens(text, proposals, accepted_mask, tokens)
+    if bonus is not None:
+        text.append(f" → {token_piece(bonus, tokens)}", style="bold")
+    return text
+
+
 def marked_tokens(ids: Sequence[int], accepted_mask: Sequence[bool], tokens: TokenText | None) -> str:
     """The same tokens for plain text, where there is no colour: a rejected one is marked ✗."""
     return " ".join(

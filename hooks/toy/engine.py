@@ -20,7 +20,7 @@ import torch
 
 from .draft import ToyEagle3Config, ToyEagle3Draft
 from .model import ToyLlamaConfig, ToyLlamaForCausalLM
-from .spec_args import ServerArgs, SpecArgs, read_eagle_config, resolve_spec_args
+from .spec_args import NO_SPECULATION, ServerArgs, SpecArgs, read_eagle_config, resolve_spec_args
 from .workload import prompt_stream
 
 
@@ -57,6 +57,7 @@ class ScheduleBatch:
     reqs: list[Req]
     spec_info: EagleVerifyInput | None = None
     seq_lens: torch.Tensor | None = None  # [bs] committed tokens per request
+    input_ids: torch.Tensor | None = None  # [bs] a decode step's input without speculation
 
     def batch_size(self) -> int:
         return len(self.reqs)
@@ -99,13 +100,19 @@ class ToyEagle3Engine:
         target_path = target_path or target_dir()
         draft_path = draft_path or draft_dir()
         requested = spec or SpecArgs()
+        if requested.algorithm == NO_SPECULATION:  # the other flags mean nothing then (SGLang ignores them)
+            requested = SpecArgs(NO_SPECULATION, None, None, None)
         tcfg = ToyLlamaConfig.load(target_path)
         import json
 
         with open(os.path.join(target_path, "config.json")) as f:
             arch = (json.load(f).get("architectures") or [None])[0]
         effective, rewrites = resolve_spec_args(requested, arch)
-        if effective.topk != 1:
+        # Without speculation no draft is loaded or run: the baseline's cost is the target's alone.
+        self.speculates = effective.algorithm != NO_SPECULATION
+        if not self.speculates:
+            draft_path = None
+        elif effective.topk != 1:
             raise ValueError(
                 "toy engine: --speculative-eagle-topk > 1 (tree drafting) is not implemented; use topk 1"
             )
@@ -129,14 +136,16 @@ class ToyEagle3Engine:
         self.target.load_state_dict({k: v.float() for k, v in sd.items()})
         self.target.eval().requires_grad_(False)
         # draft
-        self.draft = ToyEagle3Draft(ToyEagle3Config.load(draft_path))
-        self.draft.set_embed(self.target.model.embed_tokens)
-        self.draft.load_state(torch.load(os.path.join(draft_path, "model.pt"), weights_only=True))
-        self.draft.eval().requires_grad_(False)
+        self.draft: ToyEagle3Draft | None = None
+        if draft_path is not None:
+            self.draft = ToyEagle3Draft(ToyEagle3Config.load(draft_path))
+            self.draft.set_embed(self.target.model.embed_tokens)
+            self.draft.load_state(torch.load(os.path.join(draft_path, "model.pt"), weights_only=True))
+            self.draft.eval().requires_grad_(False)
         # aux capture wiring, as SGLang does it
         self.spec_aux_ids: list[int] | None = None
         self.use_aux_hidden_state = False
-        if effective.algorithm == "EAGLE3":
+        if effective.algorithm == "EAGLE3" and draft_path is not None:
             self.use_aux_hidden_state, self.spec_aux_ids = read_eagle_config(draft_path)
             if self.use_aux_hidden_state:
                 self.target.set_eagle3_layers_to_capture(self.spec_aux_ids)
@@ -155,8 +164,9 @@ class ToyEagle3Engine:
         self.finished: list[Req] = []
         self.num_steps_done = 0
         self.stats = {"verify_steps": 0, "request_steps": 0, "accept_len_sum": 0, "tokens": 0}
-        N = effective.num_draft_tokens
+        N = effective.num_draft_tokens if self.speculates else 1
         assert N is not None  # resolve_spec_args always sets it (or raises)
+        self.width = N  # tokens per request per step, root included
         self._ar_n = torch.arange(N)
         self._next_tok = torch.cat([torch.arange(1, N), torch.tensor([-1])])
         self._max_len = prompt_len + max_new_tokens + N + 2
@@ -192,7 +202,8 @@ class ToyEagle3Engine:
         """Target prefill (aux captured) + draft extend over the prompt rows."""
         bs, L = prompts.shape
         self.tcache = self.target.new_cache(bs, self._max_len)
-        self.dcache = self.draft.new_cache(bs, self._max_len)
+        if self.draft is not None:
+            self.dcache = self.draft.new_cache(bs, self._max_len)
         zeros = torch.zeros(bs, dtype=torch.long)
         logits, hid = self.target(prompts, self.tcache, zeros)
         first = logits[:, -1].argmax(-1)
@@ -202,13 +213,15 @@ class ToyEagle3Engine:
         self.prompt_lens = torch.full((bs,), L, dtype=torch.long)
         self.C = torch.full((bs,), L + 1, dtype=torch.long)
         self.max_new = torch.tensor([r.max_new_tokens for r in batch.reqs], dtype=torch.long)
+        batch.seq_lens = self.C
+        self.stats["tokens"] += bs
+        if self.draft is None:
+            return
         # draft extend: row p (aux at position p) pairs with token p+1; last row with `first`
         ids = torch.cat((prompts[:, 1:], first[:, None]), dim=1)
         dlogits, pre = self.draft(ids, hid, self.dcache, zeros)
         self.d_first = self.draft.hot_token_id[dlogits[:, -1].argmax(-1)]
         self.d_hidden = pre[:, -1:]
-        batch.seq_lens = self.C
-        self.stats["tokens"] += bs
 
     @torch.no_grad()
     def run_draft(self, batch: ScheduleBatch) -> EagleVerifyInput:
@@ -216,7 +229,7 @@ class ToyEagle3Engine:
         draft's own hidden output (run ``num_steps - 1`` times). SGLang's ``EagleDraftWorker.draft``;
         named ``run_draft`` here because ``engine.draft`` is the draft model."""
         S, N = self.spec.num_steps, self.spec.num_draft_tokens
-        assert S is not None and N is not None  # resolved in __init__
+        assert S is not None and N is not None and self.draft is not None  # resolved in __init__
         bs = self.C.shape[0]
         base = self.C - 1  # draft cache length == positions already drafted over
         root = self.tokens.gather(1, base[:, None])
@@ -269,6 +282,7 @@ class ToyEagle3Engine:
     def draft_extend(self, batch: ScheduleBatch, result: GenerationBatchResult, old_C: torch.Tensor) -> None:
         """Draft forward over the whole verify width (fc over the packed aux); the state of row
         ``accept_lens - 1`` seeds the next draft; rows beyond are overwritten later."""
+        assert self.draft is not None  # only with speculation
         N = result.speculative_num_draft_tokens
         bs = old_C.shape[0]
         hid = result.logits_output.hidden_states.view(bs, N, -1)
@@ -278,6 +292,22 @@ class ToyEagle3Engine:
         ar = torch.arange(bs)
         self.d_first = self.draft.hot_token_id[dlogits[ar, last].argmax(-1)]
         self.d_hidden = pre[ar, last][:, None]
+
+    @torch.no_grad()
+    def decode(self, batch: ScheduleBatch) -> GenerationBatchResult:
+        """Without speculation: one target forward over each request's last committed token, whose
+        greedy successor is committed (SGLang's plain decode). The draft never runs."""
+        bs = len(batch.reqs)
+        last = self.tokens.gather(1, (self.C - 1)[:, None])  # [bs, 1]
+        batch.input_ids = last.reshape(-1)
+        logits, hid = self.target(last, self.tcache, self.C - 1)
+        return GenerationBatchResult(
+            logits_output=LogitsProcessorOutput(hidden_states=hid.reshape(bs, -1)),
+            next_token_ids=logits[:, -1].argmax(-1),
+            accept_lens=torch.ones(bs, dtype=torch.int32),
+            accept_index=torch.arange(bs, dtype=torch.int32)[:, None],
+            speculative_num_draft_tokens=1,
+        )
 
     def _commit(self, result: GenerationBatchResult) -> torch.Tensor:
         N = result.speculative_num_draft_tokens
@@ -308,15 +338,18 @@ class ToyEagle3Engine:
         k = torch.tensor(keep)
         batch.reqs = [batch.reqs[i] for i in keep]
         self.tcache.select(k)
-        self.dcache.select(k)
-        for name in ("tokens", "prompt_lens", "C", "max_new", "d_first", "d_hidden"):
+        names = ["tokens", "prompt_lens", "C", "max_new"]
+        if self.draft is not None:
+            self.dcache.select(k)
+            names += ["d_first", "d_hidden"]
+        for name in names:
             setattr(self, name, getattr(self, name)[k])
         batch.seq_lens = self.C
 
     # ------------------------------------------------------------------ loop
     def step(self) -> GenerationBatchResult | None:
-        """One decode iteration: draft -> verify -> commit -> draft extend -> retire.
-        Starts a new batch from the workload when none is running; None when exhausted."""
+        """One decode iteration: draft -> verify -> commit -> draft extend -> retire (without
+        speculation: decode -> commit -> retire). Starts a new batch from the workload when none is running; None when exhausted."""
         if self.batch is None:
             self.batch = self.new_batch()
             if self.batch is None:
@@ -325,10 +358,14 @@ class ToyEagle3Engine:
             if self.batch is None:
                 return self.step()
         batch = self.batch
-        self.run_draft(batch)
-        result = self.verify(batch)
-        old_C = self._commit(result)
-        self.draft_extend(batch, result, old_C)
+        if self.speculates:
+            self.run_draft(batch)
+            result = self.verify(batch)
+            old_C = self._commit(result)
+            self.draft_extend(batch, result, old_C)
+        else:
+            result = self.decode(batch)
+            self._commit(result)
         batch.seq_lens = self.C
         st = self.stats
         st["verify_steps"] += 1
@@ -381,8 +418,7 @@ class ToyEagle3Engine:
 
     def _serve_batch(self, reqs: list[Req], on_step: Callable | None) -> None:
         assert self.batch is None, "run_requests while a workload batch is running"
-        N = self.spec.num_draft_tokens
-        assert N is not None
+        N = self.width
         L = len(reqs[0].prompt)
         self._max_len = L + max(r.max_new_tokens for r in reqs) + N + 2
         batch = ScheduleBatch(reqs=list(reqs))

@@ -57,7 +57,7 @@ class ToyHTTPFront:
             "model_path": engine.server_args.model_path,
             "draft_model_path": engine.server_args.speculative_draft_model_path,
             "vocab_size": int(engine.target.config.vocab_size),
-            "num_draft_tokens": int(engine.spec.num_draft_tokens),
+            "num_draft_tokens": int(engine.width),
         }
         self.context_length = int(engine.context_length)
         self.jobs: queue.Queue[Job] = queue.Queue()

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ALGORITHMS = ("EAGLE3", "EAGLE")
+# SGLang's SpeculativeAlgorithm.NONE: the target decodes alone, one token per request per step (the
+# baseline speculation is measured against); the other speculative flags are ignored, as SGLang does.
+NO_SPECULATION = "NONE"
 TOPK1_REASON = "topk=1 forces num_draft_tokens = num_steps + 1"
 TOPK1_SGLANG_WARNING = (
     "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
@@ -38,7 +41,7 @@ class ServerArgs:
     """What the engine was asked for and what it runs with (read by the tracer)."""
 
     model_path: str
-    speculative_draft_model_path: str
+    speculative_draft_model_path: str | None  # None without speculation: no draft is loaded
     requested: SpecArgs
     effective: SpecArgs
     rewrites: list[dict] = field(default_factory=list)
@@ -77,10 +80,13 @@ def auto_choose_speculative_params(target_arch: str | None) -> tuple[int, int, i
 def resolve_spec_args(requested: SpecArgs, target_arch: str | None) -> tuple[SpecArgs, list[dict]]:
     """Apply SGLang's silent adjustments. Returns ``(effective, rewrites)``; each rewrite is
     ``{"param", "from", "to", "reason"}``."""
+    if requested.algorithm == NO_SPECULATION:
+        return SpecArgs(NO_SPECULATION, None, None, None), []
     eff = dataclasses.replace(requested)
     rewrites: list[dict] = []
     if eff.algorithm not in ALGORITHMS:
-        raise ValueError(f"--speculative-algorithm must be one of {ALGORITHMS}, got {eff.algorithm!r}")
+        choices = (*ALGORITHMS, NO_SPECULATION)
+        raise ValueError(f"--speculative-algorithm must be one of {choices}, got {eff.algorithm!r}")
     if eff.num_steps is None:
         if eff.topk is not None or eff.num_draft_tokens is not None:
             raise ValueError(
@@ -151,7 +157,12 @@ def add_toy_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
     g = parser.add_argument_group("toy engine (SGLang-compatible speculative flags)")
     g.add_argument("--model-path", default=target_dir(), help="target model directory")
-    g.add_argument("--speculative-algorithm", default="EAGLE3", choices=list(ALGORITHMS))
+    g.add_argument(
+        "--speculative-algorithm",
+        default="EAGLE3",
+        choices=[*ALGORITHMS, NO_SPECULATION],
+        help="NONE: no speculation, the target alone (a baseline to record for --baseline-from)",
+    )
     g.add_argument(
         "--speculative-draft-model-path",
         "--speculative-draft-model",

@@ -152,7 +152,8 @@ def _gone(ev: SourceEvidence, now: float, gone_after_s: float) -> str | None:
 
 def report(ev: SourceEvidence, enough: Enough, gone: str | None) -> SourceReport:
     s = ev.acceptance.summary(0.0)
-    expected, who = (None, "") if ev.hello is None else expected_accept_length(ev.hello, enough.manifest)
+    no_draft = ev.hello is None or not ev.hello.speculates  # nothing to expect an accept length of
+    expected, who = (None, "") if no_draft else expected_accept_length(ev.hello, enough.manifest)
     missing = enough.missing(ev)
     if gone is not None and missing:
         missing.append(f"went away: {gone}")

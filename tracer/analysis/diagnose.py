@@ -48,8 +48,8 @@ def diagnose(
 
     _engine(ev, add)  # a crash is news with or without a hello
     hello = ev.hello
-    if hello is None:
-        return out
+    if hello is None or not hello.speculates:
+        return out  # a server without speculation has no draft, layers or acceptance to judge
 
     _algorithm(hello, manifest, add)
     _rewrites(hello, add)

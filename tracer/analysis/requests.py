@@ -3,7 +3,7 @@ drafts were accepted, and the accept length of each of its steps for the ones be
 
 Cost: nothing per request on the ingest path. Step events are parked as they come (one list append
 per event) and folded in a few times a second, many events at once: the request ids of all of them
-are looked up in one ``map`` over a dict and the counters move with ``np.add.at``. Python runs per
+are looked up in one ``map`` over a dict and the counters move with ``np.bincount``. Python runs per
 *new* request only. Memory is bounded: at most ``max_requests`` requests per source (the finished
 ones heard from least recently are forgotten first), a bounded backlog between folds (what overflows
 it is counted, never silently missing), and the last ``recent`` step events kept whole for the
@@ -130,31 +130,36 @@ class RequestTracker:
         if self.since is None:
             self.since = backlog[0][0]
         rids: list[Any] = []
-        parts: list[np.ndarray] = []
-        times: list[np.ndarray] = []
-        ordinals: list[np.ndarray] = []
-        for now, ev in backlog:
+        accepted: list[bytes] = []
+        times: list[float] = []
+        ordinals: list[int] = []
+        sizes: list[int] = []
+        for now, ev in backlog:  # per event only list appends: the arrays are made once below
             self.events += 1
             self.recent.append((now, ev))
             b = ev.body
-            acc = np.frombuffer(b["accepted"], dtype=TOKEN_DTYPE)
-            if not acc.size:
+            r = b["rids"]
+            if not r:
                 continue
-            rids.extend(b["rids"])
-            parts.append(acc)
-            times.append(np.full(acc.size, now))
-            ordinals.append(np.full(acc.size, self.events, np.int64))
+            rids.extend(r)
+            accepted.append(b["accepted"])  # batch int32 values: the schema checked the lengths
+            times.append(now)
+            ordinals.append(self.events)
+            sizes.append(len(r))
         if not rids:
             return len(backlog)
-        t_all = np.concatenate(times)
+        counts = np.asarray(sizes)
+        t_all = np.repeat(np.asarray(times), counts)
         idx = self._indices(rids, t_all)
-        acc_all = np.concatenate(parts).astype(np.int64)
-        ev_all = np.concatenate(ordinals)
+        acc_all = np.frombuffer(b"".join(accepted), dtype=TOKEN_DTYPE).astype(np.int64)
+        ev_all = np.repeat(np.asarray(ordinals, dtype=np.int64), counts)
         lens = acc_all + BONUS
         c = self._cols
-        np.add.at(c[0], idx, 1)
-        np.add.at(c[1], idx, lens)
-        np.add.at(c[2], idx, acc_all)
+        size = c.shape[1]
+        # bincount, not np.add.at: the same sums, several times faster on repeated indices
+        c[0] += np.bincount(idx, minlength=size)
+        c[1] += np.bincount(idx, weights=lens, minlength=size)
+        c[2] += np.bincount(idx, weights=acc_all, minlength=size)
         # the latest of each request's steps in this fold: its last occurrence
         uniq, first_rev = np.unique(idx[::-1], return_index=True)
         last_pos = len(idx) - 1 - first_rev

@@ -32,7 +32,17 @@ from .envelope import (
     split_source_key,
 )
 from .health import Health
-from .hello import SPEC_KEYS, AuxWiring, DraftClaims, Hello, ModelInfo, Rewrite, SpecConfig, VocabSummary
+from .hello import (
+    NO_SPECULATION,
+    SPEC_KEYS,
+    AuxWiring,
+    DraftClaims,
+    Hello,
+    ModelInfo,
+    Rewrite,
+    SpecConfig,
+    VocabSummary,
+)
 from .probe import PROBE_AUX_DTYPE, PROBE_MARKER, ProbeRows, is_probe_rid, probe_body, probe_view
 from .step import (
     BONUS,
@@ -51,7 +61,7 @@ from .step import (
 from .text import printable
 
 __all__ = [
-    "AUX", "BONUS", "HEALTH", "HELLO", "KINDS", "PROBE", "PROBE_AUX_DTYPE", "PROBE_MARKER", "SCHEMA_VERSION",
+    "AUX", "BONUS", "HEALTH", "HELLO", "KINDS", "NO_SPECULATION", "PROBE", "PROBE_AUX_DTYPE", "PROBE_MARKER", "SCHEMA_VERSION",
     "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "DraftClaims", "Envelope", "Event", "Fingerprint",
     "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
     "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",

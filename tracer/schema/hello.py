@@ -13,6 +13,9 @@ from typing import Any, ClassVar
 from .tolerant import R, Record, as_int, as_map, as_str, read_record
 
 SPEC_KEYS = ("algorithm", "num_steps", "topk", "num_draft_tokens")
+# The effective algorithm of a server that decodes without speculation (SGLang's
+# SpeculativeAlgorithm.NONE): its steps are of width 1, one token per request, no draft.
+NO_SPECULATION = "NONE"
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,15 @@ class Hello:
     def algorithm(self) -> str | None:
         return self.effective.algorithm if self.effective is not None else None
 
+    @property
+    def speculates(self) -> bool:
+        """False for a server that says it decodes without speculation (no draft to judge)."""
+        return self.algorithm != NO_SPECULATION
+
     def captures_aux(self) -> bool:
-        """False when the server feeds the draft no aux states at all (EAGLE, use_aux_hidden_state off)."""
-        return self.algorithm != "EAGLE" and (self.aux is None or self.aux.slots != 0)
+        """False when the server feeds the draft no aux states at all (EAGLE, use_aux_hidden_state off)
+        or has no draft."""
+        return self.speculates and self.algorithm != "EAGLE" and (self.aux is None or self.aux.slots != 0)
 
     def to_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -8,7 +8,7 @@ import sys
 
 from .args import endpoint_list, looks_like_endpoint, unknown_command
 from .curve_args import add_curve_arguments, curve_from
-from .report import EXIT_OK, EXIT_USAGE, fail, parse
+from .report import EXIT_OK, EXIT_USAGE, fail, parse, safe
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 
@@ -60,6 +60,12 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
         "break-even accept length, and a finding when speculation is slower",
     )
     p.add_argument(
+        "--baseline-from",
+        metavar="FILE",
+        help="take that baseline from a recording of the same server run without speculation (its "
+        "committed tokens/s), instead of --baseline-tok-s",
+    )
+    p.add_argument(
         "--tokenizer",
         metavar="PATH",
         help="tokenizer.json (or a model directory holding one) to show tokens as text; by default "
@@ -91,9 +97,15 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
         print(__version__)
         return EXIT_OK
     ns.once = ns.once or ns.json
+    if ns.baseline_from is not None and ns.baseline_tok_s is not None:
+        return fail("eagle3-top", "give --baseline-from FILE or --baseline-tok-s X, not both")
     why = _apply_config(ns)
     if why is not None:
         return fail("eagle3-top", why)
+    if ns.baseline_from is not None:
+        why = _measure_baseline(ns)
+        if why is not None:
+            return fail("eagle3-top", why)
     if ns.tokenizer is not None:
         from eagle3_top.tui.token_text import TokenizerError, TokenText
 
@@ -217,6 +229,20 @@ def _apply_config(ns: argparse.Namespace) -> str | None:
     if ns.tokenizer is None and cfg.tokenizer is not None:
         ns.tokenizer = cfg.tokenizer
     ns.cfg = cfg
+    return None
+
+
+def _measure_baseline(ns: argparse.Namespace) -> str | None:
+    """``--baseline-from FILE`` measured into ``ns.baseline_tok_s`` (it beats a config file's
+    baseline), said on stderr; or why the file gives none."""
+    from eagle3_top.tracer.analysis.baseline import BaselineError, baseline_from_recording
+
+    try:
+        baseline = baseline_from_recording(ns.baseline_from)
+    except BaselineError as exc:
+        return str(exc)
+    ns.baseline_tok_s = baseline.tok_s
+    print(f"eagle3-top: {safe(baseline.describe(ns.baseline_from))}", file=sys.stderr)
     return None
 
 
