@@ -10,6 +10,9 @@ import argparse
 
 from benchmarks import (
     bench_encode,
+    bench_export,
+    bench_fleet_demo,
+    bench_fleet_load,
     bench_hostile_flood,
     bench_ingest,
     bench_manifest,
@@ -17,6 +20,7 @@ from benchmarks import (
     bench_publisher,
     bench_record,
     bench_record_e2e,
+    bench_relay,
     bench_replay,
     bench_tracer_overhead,
     bench_tui_cpu,
@@ -38,13 +42,20 @@ def main(argv: list[str] | None = None) -> None:
     bench_tui_ingest.main(["--seconds", secs, "--rate", "10000"])
     print("# bench_monitor_load: 8 sources x 1,000 step events/s, requests view open, --once --json")
     bench_monitor_load.main(["--seconds", "4" if ns.quick else "10"])
+    print("# bench_export: 64 sources x 100 step events/s, /metrics scraped 4x a second")
+    bench_export.main(["--seconds", "3" if ns.quick else "6"])
+    print("# bench_fleet_load: 64 sources x 100 step events/s, snapshot + fleet summary at 4 Hz")
+    bench_fleet_load.main(["--seconds", "12" if ns.quick else "30"])
     bench_manifest.main(["--files", "1000" if ns.quick else "10000"])
     bench_record.main(["--events", "30000", "--rounds", "1", "--no-hour"] if ns.quick else [])
     bench_record_e2e.main(["--seconds", "2", "--rounds", "1"] if ns.quick else [])
+    bench_relay.main(["--frames", "50000", "--rounds", "1"] if ns.quick else [])
+    bench_relay.main(["--rate", "20000", "--frames", "100000" if ns.quick else "200000", "--rounds", "1"])
     bench_replay.main(["--seconds", "120", "--rounds", "1"] if ns.quick else [])
     for rate in ("100", "1000"):
         bench_tui_cpu.main(["--rate", rate, "--seconds", "5" if ns.quick else "15"])
     bench_hostile_flood.main(["--frames", "40000" if ns.quick else "240000"])
+    bench_fleet_demo.main(["--seconds", "4" if ns.quick else "10"])
 
 
 if __name__ == "__main__":

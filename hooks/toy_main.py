@@ -14,6 +14,7 @@ import time
 from types import FrameType
 from typing import Any
 
+from eagle3_top.tracer.curve_flags import add_server_arguments, server_from
 from eagle3_top.tracer.publisher import EndpointError, Publisher
 from eagle3_top.tracer.schema import SourceId
 from eagle3_top.tracer.tracer import Tracer
@@ -28,20 +29,7 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
     )
     p.add_argument("--publish", metavar="ENDPOINT", help="ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:5557")
     p.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
-    p.add_argument(
-        "--curve-secret", metavar="FILE", help="serve CURVE-encrypted with this .key_secret certificate"
-    )
-    p.add_argument(
-        "--curve-clients",
-        metavar="DIR",
-        help="with --curve-secret: admit only the client certificates (*.key) in DIR",
-    )
-    p.add_argument(
-        "--curve-any-client",
-        action="store_true",
-        help="with --curve-secret and no --curve-clients: encrypt, but admit any client that knows "
-        "the server's public key",
-    )
+    add_server_arguments(p)
     p.add_argument("--show-paths", action="store_true", help="print the bundled model directories and exit")
     p.add_argument("--max-steps-per-s", type=float, default=None, help="throttle verify steps (demo pacing)")
     p.add_argument(
@@ -117,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     if ns.show_paths:
         show_paths()
         return 0
-    from eagle3_top.tracer.curve import KeyError_, server_config
+    from eagle3_top.tracer.curve import KeyError_
 
     try:  # before the engine loads: a half CURVE configuration is refused, not served open
-        curve = server_config(ns.curve_secret, ns.curve_clients, ns.curve_any_client)
+        curve = server_from(ns)
     except KeyError_ as exc:
         print(f"eagle3-top toy: {exc}", file=sys.stderr)
         return 2

@@ -75,3 +75,22 @@ async def wait_until(pilot: Any, cond: Callable[[], object], timeout: float = 5.
             return
         await pilot.pause(0.03)
     raise AssertionError(f"timed out waiting for {what or cond}\n{screen_text(pilot.app)}")
+
+
+async def wait_still(pilot: Any, quiet: float = 0.3, timeout: float = 10.0) -> None:
+    """Wait until the screen has not changed for ``quiet`` seconds: columns sized, last refresh drawn.
+
+    A fixed pause is not enough on a loaded machine, where a table can be caught between two
+    refreshes with its columns still sized for the previous rows.
+    """
+    deadline = time.monotonic() + timeout
+    last = screen_text(pilot.app)
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        now = screen_text(pilot.app)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+    raise AssertionError(f"the screen kept changing for {timeout}s\n{last}")

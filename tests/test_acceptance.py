@@ -34,6 +34,33 @@ def test_rates_use_whole_seconds() -> None:
     assert s.tokens_per_s == pytest.approx(50)
 
 
+def test_a_refresh_between_steps_changes_no_figure() -> None:
+    """The monitor asks for a summary every refresh while steps keep coming (the finished seconds
+    are folded once and kept): every figure equals the one of a book nobody asked in between."""
+    rng = np.random.default_rng(7)
+    asked, quiet = (
+        AcceptanceStats(rate_window_s=3, history_s=20),
+        AcceptanceStats(rate_window_s=3, history_s=20),
+    )
+    t = 700.0
+    for k in range(400):  # 40 s at 10 steps/s: the history window rolls over twice
+        acc = rng.integers(0, 4, size=8).astype(np.int32)
+        ts = t + k * 0.1
+        asked.add(acc, n=4, ts=ts)
+        quiet.add(acc, n=4, ts=ts)
+        if k % 3 == 0:
+            a = asked.summary(ts + 0.05)
+            q = quiet.summary(ts + 0.05)
+            assert (a.steps_per_s, a.tokens_per_s, a.history) == (q.steps_per_s, q.tokens_per_s, q.history)
+            quiet._folded_key = None  # the other book folds every second again each time
+    late = asked.summary(t + 45.2)  # 5 s after the last step: the rates fall, the history shifts
+    fresh = AcceptanceStats(rate_window_s=3, history_s=20)
+    fresh._buckets, fresh._marks = quiet._buckets, quiet._marks
+    expect = fresh.summary(t + 45.2)
+    assert late.history == expect.history and late.steps_per_s == expect.steps_per_s == 0.0
+    assert sum(v > 0 for v in late.history) == 14  # seconds 726 – 739 of the 20 up to 745
+
+
 def test_empty_is_zero_not_nan() -> None:
     s = AcceptanceStats().summary(now=10.0)
     assert s.mean_accept_length == 0.0 and s.accept_rate == 0.0 and s.steps_per_s == 0.0

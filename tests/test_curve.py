@@ -272,3 +272,59 @@ def test_bad_key_files_are_one_line(tmp_path) -> None:
         else:
             raise AssertionError("accepted a bad key file")
     assert zmq.has("curve")
+
+
+def test_client_keys_from_the_environment(keys, closing, monkeypatch) -> None:
+    """The client flags' environment twins (named like the plugin's) let a fleet's keys be set once."""
+    import argparse
+
+    from eagle3_top.tui.commands import curve_args
+
+    p = argparse.ArgumentParser()
+    curve_args.add_curve_arguments(p)
+    pub = Publisher(
+        "tcp://127.0.0.1:0",
+        SourceId.local(),
+        curve=curve.server_config(keys["server_secret"], keys["clients"]),
+    )
+    try:
+        monkeypatch.setenv(curve_args.ENV_SERVER_KEY, keys["server"])
+        monkeypatch.setenv(curve_args.ENV_CLIENT_SECRET, keys["alice"])
+        client = curve_args.curve_from(p.parse_args([]))
+        assert client is not None
+        assert receives(pub, closing(Subscriber([pub.bound_endpoint], curve=client)))
+        # a flag wins over its twin: mallory's key is refused although alice's is in the environment
+        flagged = curve_args.curve_from(p.parse_args(["--curve-client-secret", keys["mallory"]]))
+        sub = closing(Subscriber([pub.bound_endpoint], curve=flagged))
+        assert wait_for(lambda: sub.endpoints[pub.bound_endpoint] == NOT_ADMITTED, (sub,))
+        monkeypatch.delenv(curve_args.ENV_CLIENT_SECRET)
+        with pytest.raises(curve.KeyError_, match="EAGLE3_TOP_CURVE_CLIENT_SECRET"):
+            curve_args.curve_from(p.parse_args([]))
+    finally:
+        pub.close()
+
+
+def test_server_flags_fall_back_on_the_plugins_variables(keys, monkeypatch) -> None:
+    """`toy` and `relay` read the same variables as the SGLang plugin; a flag wins, and an error
+    names what the user actually wrote (the flags, or the variables)."""
+    import argparse
+
+    from eagle3_top.tracer import curve_flags
+
+    p = argparse.ArgumentParser()
+    curve_flags.add_server_arguments(p)
+    for name in (curve_flags.ENV_SECRET, curve_flags.ENV_CLIENTS, curve_flags.ENV_ANY_CLIENT):
+        monkeypatch.delenv(name, raising=False)
+    assert curve_flags.server_from(p.parse_args([])) is None  # nothing anywhere: plain, as before
+    monkeypatch.setenv(curve_flags.ENV_SECRET, keys["server_secret"])
+    monkeypatch.setenv(curve_flags.ENV_CLIENTS, keys["clients"])
+    from_env = curve_flags.server_from(p.parse_args([]))
+    assert from_env is not None and from_env.admitted is not None and len(from_env.admitted) == 1
+    # --curve-any-client on the command line overrides the variable's directory of clients
+    any_client = curve_flags.server_from(p.parse_args(["--curve-any-client"]))
+    assert any_client is not None and any_client.admitted is None
+    monkeypatch.delenv(curve_flags.ENV_SECRET)
+    with pytest.raises(curve.KeyError_, match="EAGLE3_TOP_CURVE_CLIENTS needs EAGLE3_TOP_CURVE_SECRET"):
+        curve_flags.server_from(p.parse_args([]))
+    with pytest.raises(curve.KeyError_, match="--curve-clients needs --curve-secret"):
+        curve_flags.server_from(p.parse_args(["--curve-clients", keys["clients"]]))

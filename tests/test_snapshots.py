@@ -5,10 +5,12 @@ to its end, so that a layout regression fails CI. Review a change with
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import screen_text, wait_until
+from conftest import screen_text, wait_still, wait_until
 from eagle3_top.tracer.analysis.manifest import load_manifest
 from eagle3_top.tracer.replay import Timeline
 from eagle3_top.tui.replay_app import ReplayApp
@@ -26,7 +28,18 @@ SCREENS = {
     "findings": (("down", "f"), "docs: docs/findings.md#"),
     "plots": (("g",), "per position"),
     "help": (("question_mark",), "Keys"),
+    "fleet": (("F",), "vs training"),
 }
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The fleet view says when in local time: one zone, so the drawing is the same everywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 def demo_app() -> ReplayApp:
@@ -53,6 +66,6 @@ def test_screen(snap_compare, screen: str, size: tuple[int, int]) -> None:
             await pilot.press(key)
             await pilot.pause(0.1)
         await wait_until(pilot, lambda: drawn in screen_text(app), timeout=20, what=drawn)
-        await pilot.pause(0.3)  # a refresh after the screen's first drawing
+        await wait_still(pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=to_the_end)

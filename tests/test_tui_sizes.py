@@ -28,7 +28,8 @@ async def test_every_size_keeps_the_verdict_in_view(size: tuple[int, int]) -> No
         await wait_until(pilot, at_end(app), what="the end")
         await wait_until(pilot, lambda: "1 error" in screen_text(app), what="the findings column")
         lines = screen_text(app).splitlines()
-        table = "\n".join(lines[1:4])
+        table = "\n".join(lines[2:5])  # under the status bar and the fleet headline (two sources)
+        assert lines[1].startswith(" F fleet of 2 · accept len ")
         # both sources, their accept length and the findings count fit without scrolling
         assert "3.81" in table and "1.17" in table and "none" in table and "1 error" in table
         assert all(len(line) <= size[0] for line in lines)

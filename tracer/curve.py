@@ -239,6 +239,17 @@ def serve(context: zmq.Context, sock: zmq.Socket, config: CurveServer, label: st
     return admission
 
 
+def drain_refusals(monitor: zmq.Socket, admission: Admission) -> None:
+    """Log the handshakes a CURVE server's monitor (``EVENT_HANDSHAKE_FAILED_PROTOCOL``) saw fail:
+    plain-text clients and wrong server keys fail before ZAP, and only the monitor tells."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    while monitor.poll(0):
+        msg = recv_monitor_message(monitor, zmq.NOBLOCK)
+        if msg["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            admission.refuse_protocol(msg["value"])
+
+
 def release(context: zmq.Context, admission: Admission) -> None:
     """Forget a closed publisher's domain (its socket is gone; nothing can ask for it)."""
     with _auth_lock:

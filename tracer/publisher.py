@@ -207,6 +207,7 @@ class Publisher(TracerState):
             started=self.started,
             final=self._final,
             curve_refused=self.curve_refused,
+            endpoint=self.bound_endpoint,
         )
 
     @property
@@ -242,13 +243,10 @@ class Publisher(TracerState):
     def _drain_refusals(self) -> None:
         if self._monitor is None or self.admission is None:
             return
-        from zmq.utils.monitor import recv_monitor_message
+        from .curve import drain_refusals
 
         try:
-            while self._monitor.poll(0):
-                msg = recv_monitor_message(self._monitor, zmq.NOBLOCK)
-                if msg["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-                    self.admission.refuse_protocol(msg["value"])
+            drain_refusals(self._monitor, self.admission)
         except Exception:  # the log of refusals is not worth the stream
             self._monitor.close(0)
             self._monitor = None

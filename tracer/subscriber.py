@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_GAP", "REORDER_WINDOW", "FrameLedger", "Loss", "SourceCounters", "Subscriber"]
 
 # Monitor events we turn into a state string for each endpoint.
-_STATES = {
+_STATES: dict[int, str] = {
     zmq.EVENT_CONNECTED: "connected",
     zmq.EVENT_HANDSHAKE_SUCCEEDED: "connected",
     zmq.EVENT_CONNECT_DELAYED: "connecting",
@@ -50,6 +50,38 @@ def _refusal(event: int, value: int, curve: bool) -> str | None:
     return None
 
 
+def sub_socket(context: zmq.Context, curve: CurveClient | None, rcvhwm: int) -> zmq.Socket:
+    """A SUB socket subscribed to everything, reconnecting quickly, CURVE keys set; not connected."""
+    sock = context.socket(zmq.SUB)
+    sock.setsockopt(zmq.RCVHWM, rcvhwm)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RECONNECT_IVL, 200)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+    if curve is not None:
+        sock.curve_serverkey = curve.server_public
+        sock.curve_publickey = curve.public
+        sock.curve_secretkey = curve.secret
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    return sock
+
+
+def drain_endpoint_states(monitor: zmq.Socket, endpoints: dict[str, str], curve: bool) -> None:
+    """Fold a connecting socket's monitor events into ``endpoints`` (endpoint -> state words)."""
+    while monitor.poll(0):
+        try:
+            msg = recv_monitor_message(monitor, zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        event = msg["event"]
+        state = _refusal(event, msg["value"], curve) or _STATES.get(event)
+        ep = msg.get("endpoint", b"")
+        ep_s = ep.decode() if isinstance(ep, bytes) else str(ep)
+        if state is not None and ep_s in endpoints:
+            if endpoints[ep_s].startswith(_REFUSED) and event != zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                continue
+            endpoints[ep_s] = state
+
+
 class Subscriber(FrameLedger):
     """One SUB socket connected to many endpoints; the counters of ``FrameLedger``."""
 
@@ -63,16 +95,7 @@ class Subscriber(FrameLedger):
         context: zmq.Context | None = None,
     ) -> None:
         self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.SUB)
-        self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.RECONNECT_IVL, 200)
-        self._sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
-        if curve is not None:
-            self._sock.curve_serverkey = curve.server_public
-            self._sock.curve_publickey = curve.public
-            self._sock.curve_secretkey = curve.secret
-        self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self._sock = sub_socket(self._ctx, curve, rcvhwm)
         self._monitor = self._sock.get_monitor_socket()
         super().__init__(max_sources)
         for ep in endpoints:
@@ -84,20 +107,20 @@ class Subscriber(FrameLedger):
         self._sock.connect(endpoint)
         self.endpoints[endpoint] = "connecting"
 
+    def remove_endpoint(self, endpoint: str) -> None:
+        """Disconnect and forget its state; the sources heard through it keep their evidence (they
+        go stale). An endpoint never added is ignored."""
+        if "://" not in endpoint:
+            endpoint = f"tcp://{endpoint}"
+        if self.endpoints.pop(endpoint, None) is None:
+            return
+        try:
+            self._sock.disconnect(endpoint)
+        except zmq.ZMQError:  # libzmq forgot it already (ENOENT): nothing left to close
+            pass
+
     def _drain_monitor(self) -> None:
-        while self._monitor.poll(0):
-            try:
-                msg = recv_monitor_message(self._monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            event = msg["event"]
-            state = _refusal(event, msg["value"], self._sock.mechanism == zmq.CURVE) or _STATES.get(event)
-            ep = msg.get("endpoint", b"")
-            ep_s = ep.decode() if isinstance(ep, bytes) else str(ep)
-            if state is not None and ep_s in self.endpoints:
-                if self.endpoints[ep_s].startswith(_REFUSED) and event != zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    continue
-                self.endpoints[ep_s] = state
+        drain_endpoint_states(self._monitor, self.endpoints, self._sock.mechanism == zmq.CURVE)
 
     def recv_frames(self, timeout_ms: int, max_frames: int = 4096) -> list[bytes]:
         """Wait up to ``timeout_ms`` for a first frame, then take what is already queued."""

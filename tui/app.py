@@ -23,6 +23,9 @@ from .feed import Feed
 from .feed_recording import default_name
 from .findings_panel import FindingsPanel
 from .findings_screen import FindingsScreen
+from .fleet import fleet_summary
+from .fleet_headline import FleetHeadline
+from .fleet_screen import FleetScreen
 from .health_panel import HealthPanel
 from .help_screen import HelpScreen
 from .histogram import Histogram
@@ -33,6 +36,7 @@ from .probe_panel import ProbePanel
 from .proposals import Proposals
 from .requests_screen import RequestsScreen
 from .snapshot import WINDOWS, Snapshot, SourceSnapshot, window_label
+from .source_picker import SourcePicker
 from .sources_table import SourcesTable
 from .spec_panel import SpecPanel
 from .status_bar import StatusBar
@@ -53,6 +57,8 @@ class Eagle3TopApp(App[None]):
         Binding("f", "findings", "findings"),
         Binding("t", "toggle_theme", "light/dark", show=False),
         Binding("g", "plots", "plots"),
+        Binding("F", "fleet", "fleet", show=False),  # advertised by the fleet headline
+        Binding("slash", "pick_source", "pick source", key_display="/", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("tab", "next_source", "next source", priority=True),
         Binding("shift+tab", "prev_source", "prev source", show=False, priority=True),
@@ -107,6 +113,7 @@ class Eagle3TopApp(App[None]):
     def compose(self) -> ComposeResult:
         # Kept as attributes: queries go to the *active* screen, which is the help screen at times.
         self.status_bar = StatusBar(self.title, id="status")
+        self.fleet_headline = FleetHeadline(id="fleet-headline")
         self.table = SourcesTable(id="sources")
         self.spec = SpecPanel(id="spec")
         self.acceptance = AcceptancePanel(id="acceptance")
@@ -118,6 +125,7 @@ class Eagle3TopApp(App[None]):
         self.probe = ProbePanel(id="probe")
         self.findings = FindingsPanel(has_manifest=self.manifest is not None, id="findings")
         yield self.status_bar
+        yield self.fleet_headline
         yield self.table
         with Horizontal(id="detail"):
             with Vertical(id="left"):
@@ -211,7 +219,9 @@ class Eagle3TopApp(App[None]):
         rec = self.feed.recording
         recording = f"{rec.path} {rec.frames} frames" if rec.active else None
         error = self.feed.error or self.render_error or rec.error
-        self.status_bar.update_from(self.shown, self.paused, error, self.feed.position(), recording)
+        self.status_bar.update_from(
+            self.shown, self.paused, error, self.feed.position(), recording, self.feed.notice
+        )
 
     def _render_shown(self) -> None:
         snap = self.shown
@@ -227,6 +237,7 @@ class Eagle3TopApp(App[None]):
             elif self.selected is None and snap.sources:
                 self.selected = snap.sources[0].key
             self._render_detail(snap)
+            self.fleet_headline.update_from(fleet_summary(snap) if len(snap.sources) > 1 else None)
             self._render_screen(snap)
 
     def _render_detail(self, snap: Snapshot) -> None:
@@ -301,6 +312,26 @@ class Eagle3TopApp(App[None]):
         if not isinstance(self.screen, FindingsScreen):
             self.push_screen(FindingsScreen(self.selected))
             self._tick()
+
+    async def action_fleet(self) -> None:
+        """Every source merged, worst first; enter there selects a source for the detail."""
+        if not isinstance(self.screen, FleetScreen):
+            await self.push_screen(FleetScreen(), self._select)
+            self._render_shown()
+
+    def action_pick_source(self) -> None:
+        """Filter the sources by typing, pick one with the arrows and enter."""
+        if self.shown is not None and not isinstance(self.screen, SourcePicker):
+            self.push_screen(SourcePicker(self.shown.sources, self.selected), self._select)
+
+    def _select(self, key: str | None) -> None:
+        """Show this source in the detail panels, with the table's cursor on its row."""
+        if key is None or key not in self.table.rows:
+            return
+        self.selected = key
+        self.table.move_cursor(row=self.table.get_row_index(key))
+        if self.shown is not None:
+            self._render_detail(self.shown)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -19,6 +19,8 @@ eagle3-top record ENDPOINT ... -o FILE     store every frame, as received, in an
 eagle3-top recording info FILE [--json]    what a recording holds, per source, and what of it was lost
 eagle3-top dump FILE [--kind K] [--source S] [--since T] [--json]   the frames of a recording, one a line
 eagle3-top serve-web [--host H] [--port P] [MONITOR ARGS ...]   the monitor in a browser (127.0.0.1:8557)
+eagle3-top export --prometheus PORT ENDPOINT ...   Prometheus /metrics of what the monitor sees (127.0.0.1)
+eagle3-top relay --bind E --connect E ... [--record FILE]   many publishers fanned into one endpoint
 """
 
 EXIT_INTERRUPTED = 130

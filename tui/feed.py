@@ -23,6 +23,7 @@ from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
+from eagle3_top.tracer.endpoints_file import Change, EndpointsFile
 from eagle3_top.tracer.ledger import FrameLedger
 from eagle3_top.tracer.replay import Position
 from eagle3_top.tracer.subscriber import Subscriber
@@ -33,6 +34,7 @@ from .snapshot import STALE_AFTER_S, Snapshot, Transport, take_snapshot
 
 log = logging.getLogger("eagle3_top.tui.feed")
 REQUESTS_FOLD_S = 0.25
+FILE_NEWS_S = 30.0  # how long "endpoints file F: +2 −1" stays up; a bad line stays until fixed
 
 
 class Feed:
@@ -65,7 +67,14 @@ class Feed:
         self._ready = threading.Event()
         self._sub: FrameLedger | None = None
         self._thread: threading.Thread | None = None
-        self.error: str | None = None  # set if the worker died; shown by the UI
+        # set if the worker died or the endpoints file has something to fix; shown by the UI in red
+        self.error: str | None = None
+        # the endpoints file's news ("+2 −1"): shown for FILE_NEWS_S, not as an error
+        self.notice: str | None = None
+        self._file: EndpointsFile | None = None
+        self._fixed: set[str] = set()
+        self._file_error = False  # ``error`` is the file's: cleared once the file is fine again
+        self._news_until = 0.0
         self.recording = FeedRecording(self.endpoints)
         self.batches = 0
         self._next_fold = 0.0
@@ -88,6 +97,15 @@ class Feed:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def follow_endpoints_file(self, file: EndpointsFile) -> None:
+        """Before ``start``: connect the endpoints the (loaded) file names too, and follow its
+        changes; the endpoints given to the feed stay whatever the file says."""
+        self._file = file
+        self._fixed = set(self.endpoints)
+        self.endpoints += [ep for ep in file.endpoints if ep not in self._fixed]
+        if file.bad:
+            self.error, self._file_error = Change(file.path, bad=file.bad).summary(), True
 
     # -- worker ----------------------------------------------------------------------------------
 
@@ -127,6 +145,7 @@ class Feed:
         try:
             while not self._stop.is_set():
                 self.recording.service()
+                self._follow_file(sub)
                 self._pump(sub)
                 self._fold_requests()
                 fresh, gone = self.diagnoser.run(self.book, self._clock(), self._settled())
@@ -146,6 +165,34 @@ class Feed:
             except Exception:
                 pass
             self._closed()
+
+    def _follow_file(self, sub: FrameLedger) -> None:
+        """Apply the endpoints file's changes, on the worker: it owns the socket."""
+        if self._file is None:
+            return
+        change = self._file.poll()
+        now = time.monotonic()
+        if change is None:
+            if self.notice is not None and now > self._news_until:
+                self.notice = None  # shown long enough
+            return
+        sub = cast(Subscriber, sub)
+        with self._lock:  # snapshot() copies sub.endpoints
+            for ep in change.added:
+                if ep not in sub.endpoints:
+                    sub.add_endpoint(ep)
+            for ep in change.removed:
+                if ep not in self._fixed:
+                    sub.remove_endpoint(ep)
+            self.endpoints = list(sub.endpoints)
+        line = change.summary()
+        if change.fine:
+            self.notice, self._news_until = line, now + FILE_NEWS_S
+            if self._file_error:
+                self.error, self._file_error = None, False
+        else:  # stays until the file is fixed
+            self.error, self._file_error, self.notice = line, True, None
+        log.info("%s", line)
 
     def _fold_requests(self) -> None:
         # Per-request figures are counted in bulk a few times a second (tracer/analysis/requests.py),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -44,3 +45,9 @@ def layers(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(str(x) for x in v) + "]"
     return str(v)
+
+
+def when(at: float, now: float) -> str:
+    """A moment as the user reads it: local wall-clock time, and how long before ``now``."""
+    ago = max(0.0, now - at)
+    return f"{time.strftime('%H:%M:%S', time.localtime(at))} ({ago:.0f}s ago)"

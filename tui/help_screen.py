@@ -21,6 +21,11 @@ HELP_TEXT = """\
   [b]g[/b]          plots: accept length over time against training's
              expected value, per-position rates beside training acc_i,
              the probe's similarity matrix as a heat map
+  [b]F[/b]          the fleet (more than one source): merged figures,
+             sources worst first, findings by code, restarts, stale;
+             worst = worst finding (error, warning, info, none), then
+             accept length / training's expected, then accept length
+  [b]/[/b]          pick a source by typing (key, engine, model); enter
   [b]t[/b]          light / dark theme
   [b]?[/b]          this help (esc, ? or q closes it; ↑ ↓ scroll)
   [b]esc[/b]        back from any view

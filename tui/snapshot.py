@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from eagle3_top.tracer.analysis.acceptance import AcceptanceSummary
+from eagle3_top.tracer.analysis.diagnose import expected_accept_length
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.findings import Finding
 from eagle3_top.tracer.analysis.layer_map import SlotRow
@@ -18,7 +20,7 @@ from eagle3_top.tracer.analysis.payoff import Payoff, payoff_now
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
 from eagle3_top.tracer.analysis.requests import RequestTable
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS
-from eagle3_top.tracer.schema import AuxSample, Health, Hello
+from eagle3_top.tracer.schema import AuxSample, DecodeError, Event, Health, Hello, step_view
 from eagle3_top.tracer.subscriber import Loss
 
 from .diagnosis import Diagnosis
@@ -51,7 +53,6 @@ class SourceSnapshot:
     health: Health | None
     aux: AuxSample | None
     summary: AcceptanceSummary
-    proposals: tuple[ProposalRow, ...]
     last_batch: int
     last_n: int
     last_topk: int
@@ -79,6 +80,21 @@ class SourceSnapshot:
     payoff: Payoff | None = None  # against the baseline tok/s the user gave, over the rate window
     requests: RequestTable | None = None  # only for the source whose requests are on screen
     acc_mark_gap: float = THRESHOLDS.acc_mark_gap  # a served rate this far below acc_i is drawn red
+    expected_accept_length: float | None = None  # training's, on this server's draft steps
+    # The latest step as received: viewed (checked in full, rids decoded) only when something draws
+    # its proposals, i.e. for the one source on screen, not for each of a fleet's 64 every refresh.
+    step_event: Event | None = None
+    proposal_limit: int = PROPOSAL_ROWS
+
+    @cached_property
+    def proposals(self) -> tuple[ProposalRow, ...]:
+        """The first rows of the latest step, ready to draw; () before any step."""
+        if self.step_event is None:
+            return ()
+        try:
+            return proposal_rows(step_view(self.step_event), self.proposal_limit)
+        except DecodeError:
+            return ()
 
     @property
     def speculates(self) -> bool:
@@ -153,7 +169,8 @@ def take_snapshot(
         host, pid, rank = st.host_pid_rank
         loss = transport.sources.get(key) or Loss(received=st.events)
         age = max(0.0, now - st.last_seen)
-        sv = st.latest_step()
+        step = st.last_step_event
+        body = step.body if step is not None else {}  # shape-checked when it was folded in
         diag = diagnoses.get(key) or _NO_DIAGNOSIS
         summary = st.acceptance.summary(now, window_s)
         speculates = st.hello is None or st.hello.speculates  # a baseline run is no speed-up of itself
@@ -169,10 +186,11 @@ def take_snapshot(
                 health=st.health,
                 aux=st.aux,
                 summary=summary,
-                proposals=proposal_rows(sv, proposals),
-                last_batch=sv.batch if sv else 0,
-                last_n=sv.n if sv else 0,
-                last_topk=sv.topk if sv else 0,
+                step_event=step,
+                proposal_limit=proposals,
+                last_batch=body.get("batch", 0),
+                last_n=body.get("n", 0),
+                last_topk=body.get("topk", 1) if step is not None else 0,
                 stale=age > stale_after_s,
                 age_s=age,
                 received=loss.received,
@@ -197,6 +215,9 @@ def take_snapshot(
                 payoff=payoff_now(st.acceptance, now, baseline_tok_s) if speculates else None,
                 requests=st.requests.table() if key == requests_for else None,
                 acc_mark_gap=acc_mark_gap,
+                expected_accept_length=(
+                    expected_accept_length(st.hello, book.manifest)[0] if st.hello is not None else None
+                ),
             )
         )
     return Snapshot(

@@ -119,6 +119,12 @@ class SourcesTable(DataTable):
                 ],
             )
             return
+        if _NO_SOURCE in self.rows:
+            # the placeholder's words must not widen the columns for good: whether the first
+            # refresh comes before the first source is a race, and the table would show it
+            self.remove_row(_NO_SOURCE)
+            for col in self.columns.values():
+                col.content_width = col.label.cell_len
         keep = {src.key for src in snap.sources}
         gone = [k.value for k in self.rows if k.value not in keep]
         for key in gone:  # the no-source row, and sources the monitor forgot to bound its memory

@@ -49,6 +49,7 @@ def render_status(
     error: str | None,
     replay: Position | None = None,
     recording: str | None = None,
+    notice: str | None = None,
 ) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {title} ", style="bold reverse")
@@ -61,6 +62,8 @@ def render_status(
         t.append(f" ● REC {recording} ", style="bold white on red")
     if error:
         t.append(f" {error} ", style="bold white on red")
+    if notice:
+        t.append(f" {notice} ", style="bold black on cyan")
     if replay is not None:
         render_scrubber(replay, t)
     if snap is not None:
@@ -91,5 +94,6 @@ class StatusBar(TextPanel):
         error: str | None = None,
         replay: Position | None = None,
         recording: str | None = None,
+        notice: str | None = None,
     ) -> None:
-        self.show(render_status(self.title_text, snap, paused, error, replay, recording))
+        self.show(render_status(self.title_text, snap, paused, error, replay, recording, notice))

@@ -38,6 +38,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from eagle3_top.tracer import curve_flags
+
 if TYPE_CHECKING:
     from eagle3_top.tracer.curve import CurveServer
     from eagle3_top.tracer.schema import Hello
@@ -50,9 +52,9 @@ ENV_ALLOW_REMOTE = "EAGLE3_TOP_ALLOW_REMOTE"
 ENV_AUX_INTERVAL = "EAGLE3_TOP_AUX_INTERVAL"
 ENV_FORCE = "EAGLE3_TOP_FORCE"
 ENV_PAUSE_FILE = "EAGLE3_TOP_PAUSE_FILE"  # while this file exists the tracer records nothing
-ENV_CURVE_SECRET = "EAGLE3_TOP_CURVE_SECRET"  # .key_secret certificate: publish CURVE-encrypted
-ENV_CURVE_CLIENTS = "EAGLE3_TOP_CURVE_CLIENTS"  # directory of admitted client certificates
-ENV_CURVE_ANY_CLIENT = "EAGLE3_TOP_CURVE_ANY_CLIENT"  # =1: encrypt, but admit any client
+ENV_CURVE_SECRET = curve_flags.ENV_SECRET  # .key_secret certificate: publish CURVE-encrypted
+ENV_CURVE_CLIENTS = curve_flags.ENV_CLIENTS  # directory of admitted client certificates
+ENV_CURVE_ANY_CLIENT = curve_flags.ENV_ANY_CLIENT  # =1: encrypt, but admit any client
 
 SUPPORTED = ((0, 5, 17), (0, 5, 23))
 VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
@@ -319,15 +321,7 @@ def tracer_for_worker(worker: Any) -> Any:
 
 def curve_from_env() -> CurveServer | None:
     """The publisher's CURVE settings from the environment (None: plain); raises ``KeyError_``."""
-    from eagle3_top.tracer.curve import ServerNames, server_config
-
-    names = ServerNames(ENV_CURVE_SECRET, ENV_CURVE_CLIENTS, f"{ENV_CURVE_ANY_CLIENT}=1")
-    return server_config(
-        os.environ.get(ENV_CURVE_SECRET) or None,
-        os.environ.get(ENV_CURVE_CLIENTS) or None,
-        os.environ.get(ENV_CURVE_ANY_CLIENT) == "1",
-        names,
-    )
+    return curve_flags.server_from_env()
 
 
 def _start(worker: Any) -> Any:

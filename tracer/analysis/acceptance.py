@@ -9,7 +9,7 @@ unconditional (accepted at position i / drafts that proposed position i, as vLLM
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from eagle3_top.tracer.schema import BONUS
@@ -29,6 +29,9 @@ class AcceptanceSummary:
     steps_per_s: float
     tokens_per_s: float
     history: list[float]  # mean accept length per second, oldest first
+    # [positions] request-steps that proposed position i: with ``histogram``, the counts that merge
+    # across sources (the rates above do not: a fleet's rate is not the mean of its sources')
+    proposed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 class AcceptanceStats:
@@ -51,6 +54,8 @@ class AcceptanceStats:
         self._marks: deque[tuple[float, np.ndarray, np.ndarray, int, int, int, int]] = deque(
             maxlen=history_s + 1
         )
+        self._folded_key: tuple[float, int, float, float] | None = None
+        self._folded: tuple[float, float, list[float]] = (0.0, 0.0, [])
 
     def add(self, accepted: np.ndarray, n: int, ts: float, depth: int | None = None) -> None:
         """One verify step: ``accepted`` per request (drafts, bonus excluded), verify width ``n``."""
@@ -103,29 +108,32 @@ class AcceptanceStats:
                 rs, vs = self.request_steps - rs0, self.verify_steps - vs0
                 tokens, drafts = self.tokens - tok0, self.drafts_proposed - dr0
         # at_least[i] = request-steps with accepted >= i
-        at_least = np.cumsum(counts[::-1])[::-1]
-        last = int(np.max(np.nonzero(proposed)[0], initial=0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            uncond = np.where(
-                proposed[1 : last + 1] > 0, at_least[1 : last + 1] / proposed[1 : last + 1], 0.0
-            )
-            cond = np.where(at_least[:last] > 0, at_least[1 : last + 1] / np.maximum(at_least[:last], 1), 0.0)
+        at_least = counts[::-1].cumsum()[::-1]
+        nz = np.flatnonzero(proposed)
+        last = int(nz[-1]) if nz.size else 0
+        # No np.where/errstate: accepting at i needs i proposed and i-1 accepted, so a zero
+        # denominator always has a zero numerator and max(d, 1) gives the same 0 (and a fleet's
+        # snapshot takes 64 of these every refresh).
+        reached = at_least[1 : last + 1]
+        uncond = reached / np.maximum(proposed[1 : last + 1], 1)
+        cond = reached / np.maximum(at_least[:last], 1)
         hist = np.zeros(last + 2, dtype=np.int64)
         hist[1:] = counts[: last + 1]
         mean = tokens / rs if rs else 0.0
         rate = (tokens - rs) / drafts if drafts else 0.0
-        steps_s, tok_s = self._rates(now)
+        steps_s, tok_s, history = self._per_second(now)
         return AcceptanceSummary(
             request_steps=rs,
             verify_steps=vs,
             mean_accept_length=mean,
             accept_rate=float(rate),
             histogram=hist,
-            unconditional=uncond.astype(float),
-            conditional=cond.astype(float),
+            unconditional=uncond,
+            conditional=cond,
             steps_per_s=steps_s,
             tokens_per_s=tok_s,
-            history=self.history(now),
+            history=history,
+            proposed=proposed[1 : last + 1].copy(),
         )
 
     @property
@@ -137,29 +145,46 @@ class AcceptanceStats:
         """Committed tokens per request-step (accept lengths, bonus included); None before any."""
         return self.tokens / self.request_steps if self.request_steps else None
 
-    def _rates(self, now: float) -> tuple[float, float]:
-        # Whole seconds only, and not the one still filling, so the rate does not saw-tooth.
+    def _per_second(self, now: float) -> tuple[float, float, list[float]]:
+        """Steps/s and tokens/s over the rate window, and the history (mean accept length per second,
+        0 where nothing ran). Only the newest second still fills: the fold over the others is kept
+        until a second begins or ``now`` moves to another, so a refresh costs one bucket, not 120."""
+        # Rates over whole seconds only, not the one still filling, so they do not saw-tooth.
         cur = float(int(now))
         lo = cur - self._rate_window_s
-        steps = tokens = 0.0
-        seconds = 0
-        for sec, _, _, vs, tk in self._buckets:
-            if lo <= sec < cur:
-                steps += vs
-                tokens += tk
-        if self._buckets:
-            first = max(self._buckets[0][0], lo)
-            seconds = int(cur - first)
+        hist_s = self._history_s
+        buckets = self._buckets
+        if not buckets:
+            return 0.0, 0.0, [0.0] * hist_s
+        key = (cur, len(buckets), buckets[0][0], buckets[-1][0])
+        if self._folded_key != key:
+            steps = tokens = 0.0
+            history = [0.0] * hist_s
+            for i in range(len(buckets) - 1):
+                steps, tokens = _fold(history, cur, lo, buckets[i], steps, tokens)
+            self._folded, self._folded_key = (steps, tokens, history), key
+        steps, tokens, history = self._folded
+        history = history.copy()
+        steps, tokens = _fold(history, cur, lo, buckets[-1], steps, tokens)
+        seconds = int(cur - max(buckets[0][0], lo))
         if seconds <= 0:
-            return 0.0, 0.0
-        return steps / seconds, tokens / seconds
+            return 0.0, 0.0, history
+        return steps / seconds, tokens / seconds, history
 
     def history(self, now: float) -> list[float]:
         """Mean accept length per second over the history window; 0 where nothing ran."""
-        cur = int(now)
-        out = [0.0] * self._history_s
-        for sec, rs, al, _, _ in self._buckets:
-            idx = self._history_s - 1 - (cur - int(sec))
-            if 0 <= idx < self._history_s and rs:
-                out[idx] = al / rs
-        return out
+        return self._per_second(now)[2]
+
+
+def _fold(
+    history: list[float], cur: float, lo: float, bucket: list[float], steps: float, tokens: float
+) -> tuple[float, float]:
+    """One second's bucket into the rates' sums (when in the rate window) and into ``history``."""
+    sec, rs, al, vs, tk = bucket
+    if lo <= sec < cur:
+        steps += vs
+        tokens += tk
+    idx = len(history) - 1 - int(cur - sec)
+    if 0 <= idx < len(history) and rs:
+        history[idx] = al / rs
+    return steps, tokens

@@ -24,3 +24,5 @@ class Health(Record):
     started: float | None = None  # the publisher's start (wall clock): a new value is a restart
     final: bool = False  # the publisher's last event: it is closing
     curve_refused: int | None = None  # CURVE handshakes the publisher refused (unadmitted keys)
+    # The publisher's bound endpoint: a new pid on the same host, endpoint and rank is a restart
+    endpoint: str | None = None

@@ -11,8 +11,9 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from .args import endpoint_list, positive_float, positive_int
+from .args import positive_float, positive_int
 from .curve_args import add_curve_arguments, curve_from
+from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -46,9 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "endpoints", nargs="*", metavar="ENDPOINT", help="tcp://HOST:PORT, HOST:PORT or ipc://PATH"
-    )
+    # a gate judges a fixed set of endpoints: the file is read once
+    add_endpoint_arguments(p, follows=False)
     p.add_argument(
         "--replay",
         metavar="FILE",
@@ -150,15 +150,16 @@ def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
-    if ns.replay is not None and ns.endpoints:
+    if ns.replay is not None and (ns.endpoints or ns.endpoints_file):
         return fail(PROG, "--replay judges a file; give no endpoint with it")
-    if ns.replay is None and not ns.endpoints:
-        return fail(PROG, "give an ENDPOINT to watch, or --replay FILE")
-    endpoints, bad = endpoint_list(ns.endpoints)
-    for msg in bad:
-        print(f"{PROG}: {msg} (skipped)", file=sys.stderr)
-    if ns.replay is None and not endpoints:
-        return fail(PROG, "no valid endpoint")
+    if ns.replay is None and not (ns.endpoints or ns.endpoints_file):
+        return fail(PROG, "give an ENDPOINT (or --endpoints-file F) to watch, or --replay FILE")
+    endpoints: list[str] = []
+    if ns.replay is None:
+        given = endpoints_from(ns, PROG)
+        if isinstance(given, int):
+            return given
+        endpoints = given.all
     from eagle3_top.tracer.analysis.check import NoStream, judge_recording, watch
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.curve import KeyError_

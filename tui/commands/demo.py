@@ -1,4 +1,5 @@
-"""``eagle3-top demo``: two built-in engines, one wired as trained and one with the motivating bug.
+"""``eagle3-top demo``: two built-in engines, one wired as trained and one with the motivating bug;
+``--fleet N``: N of them on consecutive ports, every third one mis-wired, the monitor on the range.
 
 Start-up (the training manifest of the bundled draft, the engines, their first steps) happens before
 the monitor opens and says what it is doing on stderr; whatever failed while the monitor was open
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .args import endpoint_list
 from .toy import engine_argv
 
 if TYPE_CHECKING:
@@ -41,6 +43,11 @@ ENGINES = (
     ("healthy", "draft"),
     ("ids-not-read", "draft_ids_not_read"),
 )
+
+# A fleet numbered as the SGLang plugin numbers ranks: consecutive ports from the default one.
+FLEET_FIRST_PORT = 5557
+MAX_FLEET = 32  # an engine holds ~280 MB; 8 take 0.9 of one core at FLEET_RATE (docs/performance.md)
+DEMO_RATE, FLEET_RATE = 40.0, 10.0
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE_S = 3.0
@@ -82,6 +89,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_run(n: int, first: int = FLEET_FIRST_PORT) -> int:
+    """The first of ``n`` consecutive ports free on loopback, ``first`` if it can be."""
+    port = first
+    while port + n - 1 <= 65535:
+        taken = [p for p in range(port, port + n) if not port_is_free(p)]
+        if not taken:
+            return port
+        port = taken[-1] + 1
+    raise DemoError(f"no {n} consecutive free ports on 127.0.0.1 from {first}")
+
+
+def fleet_lineup(n: int) -> list[tuple[str, str]]:
+    """(name, bundled draft) per engine: every third one reads the draft's ids from where SGLang
+    does not look, the others are wired as trained."""
+    return [
+        (f"ids-not-read-{i}", "draft_ids_not_read") if i % 3 == 2 else (f"healthy-{i}", "draft")
+        for i in range(n)
+    ]
+
+
 def describe_status(code: int) -> str:
     if code < 0:
         try:
@@ -117,7 +153,8 @@ class Demo:
     def __init__(
         self,
         *,
-        rate: float = 40.0,
+        rate: float = DEMO_RATE,
+        fleet: int | None = None,
         build_manifest: bool = True,
         engine_args: Sequence[str] = (),
         start_timeout_s: float = START_TIMEOUT_S,
@@ -127,6 +164,8 @@ class Demo:
         err: TextIO | None = None,
     ) -> None:
         self.rate = rate
+        self.fleet = fleet
+        self.title = "eagle3-top demo — healthy vs ids-not-read"
         self.build_manifest = build_manifest
         self.engine_args = list(engine_args)
         self.start_timeout_s = start_timeout_s
@@ -204,6 +243,9 @@ class Demo:
                     stdout=out if stdout else err,
                     stderr=err if stdout else subprocess.STDOUT,
                     start_new_session=True,
+                    # the demo's monitor subscribes in plain text on loopback: CURVE keys meant for
+                    # a real fleet must not turn its engines into CURVE servers
+                    env={k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_TOP_CURVE_")},
                 )
             child = Child(name, proc, log, engine)
             self.children.append(child)
@@ -291,9 +333,11 @@ class Demo:
             self.finish_manifest_step(self.spawn("eagle3-top manifest build", build, manifest_log))
             manifest = self.load_manifest(manifest_path, manifest_log)
             self.say(f"training manifest built: the draft was trained on layers {manifest.layer_ids}")
-        endpoints = []
-        for name, draft_key in ENGINES:
-            endpoint = f"tcp://127.0.0.1:{free_port()}"
+        if self.fleet is None:
+            lineup, endpoints = list(ENGINES), [f"tcp://127.0.0.1:{free_port()}" for _ in ENGINES]
+        else:
+            lineup, endpoints = fleet_lineup(self.fleet), self.fleet_endpoints(self.fleet)
+        for rank, ((name, draft_key), endpoint) in enumerate(zip(lineup, endpoints, strict=True)):
             log = os.path.join(self.work_dir, f"{name}.log")
             self.say(f"starting engine {name} on {endpoint} (log: {log})")
             argv = engine_argv(
@@ -304,14 +348,22 @@ class Demo:
                     paths[draft_key],
                     "--max-steps-per-s",
                     str(self.rate),
+                    *(["--rank", str(rank)] if self.fleet is not None else []),
                     *self.engine_args,
                 ]
             )
             self.spawn(name, argv, log, engine=True)
-            endpoints.append(endpoint)
         self.say("waiting for first steps")
         self.wait_for_steps(endpoints)
         return endpoints, manifest
+
+    def fleet_endpoints(self, n: int) -> list[str]:
+        """One range, expanded as the monitor expands one given on its command line."""
+        first = free_port_run(n)
+        fleet = f"tcp://127.0.0.1:{first}-{first + n - 1}"
+        self.title = f"eagle3-top demo — a fleet of {n} on {fleet}"
+        self.say(f"a fleet of {n} engines on {fleet}, every third one mis-wired")
+        return endpoint_list([fleet])[0]
 
     def finish_manifest_step(self, step: Child) -> None:
         try:
@@ -461,7 +513,7 @@ def run(demo: Demo, show: Show) -> int:
 def show_monitor(demo: Demo, endpoints: list[str], manifest: Manifest | None) -> None:
     from eagle3_top.tui.app import Eagle3TopApp
 
-    app = Eagle3TopApp(endpoints, title="eagle3-top demo — healthy vs ids-not-read", manifest=manifest)
+    app = Eagle3TopApp(endpoints, title=demo.title, manifest=manifest)
 
     def close_app() -> bool:
         # the handler runs on the thread of the monitor's event loop, between two of its callbacks
@@ -483,14 +535,26 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--rate", type=float, default=40.0, help="verify steps per second per engine")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        metavar="R",
+        help=f"verify steps per second per engine (default {DEMO_RATE:g}; with --fleet {FLEET_RATE:g})",
+    )
+    ap.add_argument(
+        "--fleet",
+        type=fleet_size,
+        metavar="N",
+        help=f"N engines (2 to {MAX_FLEET}) on consecutive ports from {FLEET_FIRST_PORT}, every third one "
+        "mis-wired, and the monitor on that port range",
+    )
     ap.add_argument("--no-manifest", action="store_true", help="skip building the training manifest")
     ap.add_argument(
         "--engine-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="one more argument for both engines (repeat; --engine-arg=--batch-size=4)",
+        help="one more argument for every engine (repeat; --engine-arg=--batch-size=4)",
     )
     ap.add_argument(
         "--start-timeout",
@@ -502,6 +566,13 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def fleet_size(text: str) -> int:
+    n = int(text) if text.isdigit() else 0
+    if not 2 <= n <= MAX_FLEET:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of engines from 2 to {MAX_FLEET}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
@@ -510,7 +581,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return run(
         Demo(
-            rate=ns.rate,
+            rate=ns.rate or (DEMO_RATE if ns.fleet is None else FLEET_RATE),
+            fleet=ns.fleet,
             build_manifest=not ns.no_manifest,
             engine_args=ns.engine_arg,
             start_timeout_s=ns.start_timeout,

@@ -6,8 +6,9 @@ import argparse
 import os
 import sys
 
-from .args import endpoint_list, looks_like_endpoint, unknown_command
+from .args import looks_like_endpoint, unknown_command
 from .curve_args import add_curve_arguments, curve_from
+from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import EXIT_OK, EXIT_USAGE, fail, parse, safe
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
@@ -17,12 +18,7 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="eagle3-top", usage=usage, description="Live monitor for EAGLE-3 speculative decoding."
     )
-    p.add_argument(
-        "endpoints",
-        nargs="*",
-        metavar="ENDPOINT",
-        help="tcp://HOST:PORT or ipc://PATH (HOST:PORT is read as tcp)",
-    )
+    add_endpoint_arguments(p, follows=True)
     p.add_argument("--manifest", metavar="M", help="training manifest to diagnose against")
     p.add_argument(
         "--replay",
@@ -121,11 +117,10 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
         if not looks_like_endpoint(word):
             print(unknown_command(word), file=sys.stderr)
             return EXIT_USAGE
-    endpoints, bad = endpoint_list(ns.endpoints or [DEFAULT_ENDPOINT])
-    for msg in bad:
-        print(f"eagle3-top: {msg} (skipped)", file=sys.stderr)
-    if not endpoints:
-        return fail("eagle3-top", "no valid endpoint")
+    given = endpoints_from(ns, "eagle3-top", [DEFAULT_ENDPOINT])
+    if isinstance(given, int):
+        return given
+    endpoints = given.all
     if not ns.once and not check_only and not _terminal():
         return fail(
             "eagle3-top",
@@ -154,11 +149,11 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
         )
     if check_only:
         return EXIT_OK
-    from eagle3_top.tui.app import run_app
+    from eagle3_top.tui.app import Eagle3TopApp
 
     _watch_server()
-    run_app(
-        endpoints,
+    app = Eagle3TopApp(
+        given.given,
         manifest=manifest,
         curve=curve,
         record_dir=ns.record_dir,
@@ -167,6 +162,9 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
         tokenizer=ns.tokenizer,
         config=ns.cfg,
     )
+    if given.file is not None:
+        app.feed.follow_endpoints_file(given.file)
+    app.run()
     return EXIT_OK
 
 
@@ -221,7 +219,8 @@ def _apply_config(ns: argparse.Namespace) -> str | None:
         cfg = load_config(ns.config)
     except ConfigError as exc:
         return str(exc)
-    ns.endpoints = ns.endpoints or list(cfg.endpoints)
+    if not ns.endpoints_file:  # the command line's file beats the config's endpoints
+        ns.endpoints = ns.endpoints or list(cfg.endpoints)
     ns.manifest = ns.manifest or cfg.manifest
     ns.interval = ns.interval or cfg.interval
     ns.baseline_tok_s = ns.baseline_tok_s or cfg.baseline_tok_s
@@ -260,7 +259,7 @@ def _terminal() -> bool:
 
 
 def _replay(ns: argparse.Namespace, check_only: bool = False) -> int:
-    if ns.endpoints:
+    if ns.endpoints or ns.endpoints_file:
         return fail("eagle3-top", "--replay shows a file; give no endpoint with it")
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.replay import Timeline

@@ -12,8 +12,9 @@ import sys
 import time
 from types import FrameType
 
-from .args import endpoint_list, positive_float
+from .args import positive_float
 from .curve_args import add_curve_arguments, curve_from
+from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import EXIT_FINDINGS, EXIT_OK, fail, parse
 
 PROG = "eagle3-top record"
@@ -25,9 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Record every frame of the streams, byte for byte, into an MCAP file "
         "(docs/recording.md). Stops on SIGTERM/SIGINT or after --duration.",
     )
-    p.add_argument(
-        "endpoints", nargs="+", metavar="ENDPOINT", help="tcp://HOST:PORT, HOST:PORT or ipc://PATH"
-    )
+    add_endpoint_arguments(p, follows=False)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .mcap file to write")
     p.add_argument("--duration", type=positive_float, metavar="S", help="stop after S seconds")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
@@ -68,11 +67,10 @@ def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
-    endpoints, bad = endpoint_list(ns.endpoints)
-    for msg in bad:
-        print(f"{PROG}: {msg} (skipped)", file=sys.stderr)
-    if not endpoints:
-        return fail(PROG, "no valid endpoint")
+    given = endpoints_from(ns, PROG)
+    if isinstance(given, int):
+        return given
+    endpoints = given.all
     if os.path.exists(ns.output) and not ns.force:
         return fail(PROG, f"{ns.output} exists (--force overwrites it)")
     from eagle3_top.tracer.curve import KeyError_

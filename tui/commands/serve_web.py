@@ -8,12 +8,12 @@ import argparse
 import contextlib
 import errno
 import io
-import ipaddress
 import shlex
 import socket
 import sys
 from typing import TYPE_CHECKING
 
+from .listen import loopback, resolve
 from .monitor_check import argparse_error, monitor_args_error
 from .report import EXIT_OK, fail
 
@@ -66,10 +66,10 @@ def main(argv: list[str]) -> int:
         print(f"{PROG}: {line}", file=sys.stderr)
     if why is not None:
         return fail(PROG, why)
-    addresses = _resolve(ns.host)
+    addresses = resolve(ns.host)
     if not addresses:
         return fail(PROG, f"--host {ns.host!r}: no such address")
-    if not all(_loopback(a) for a in addresses):
+    if not all(loopback(a) for a in addresses):
         if not ns.public:
             return fail(
                 PROG,
@@ -92,21 +92,6 @@ def main(argv: list[str]) -> int:
     except OSError as exc:  # the port taken between our check and the server's bind
         return fail(PROG, f"{ns.host}:{ns.port}: {exc.strerror or exc}")
     return EXIT_OK
-
-
-def _resolve(host: str) -> list[str]:
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return []
-    return sorted({str(info[4][0]) for info in infos})
-
-
-def _loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def _port_busy(addresses: list[str], port: int) -> str | None:

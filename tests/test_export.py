@@ -1,0 +1,445 @@
+"""``eagle3-top export``: real msgpack frames over real ZeroMQ on loopback, the real exporter, a
+real HTTP GET of /metrics parsed by prometheus_client's own parser; and the docs' alert rules and
+dashboard held to the names it exports."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+import zmq
+from eagle3_top.tracer import curve
+from eagle3_top.tracer.analysis.evidence import EvidenceBook
+from eagle3_top.tracer.analysis.manifest import Manifest, load_manifest
+from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.schema import HEALTH, HELLO, STEP, AuxWiring, Hello, SourceId, encode
+from eagle3_top.tui.export_counters import RestartSafe
+from eagle3_top.tui.export_figures import ExportFeed
+from eagle3_top.tui.exporter import Exporter
+from eagle3_top.tui.feed import Feed
+from prometheus_client.parser import text_string_to_metric_families
+from stream_samples import hello, step
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
+MANIFEST = ROOT / "examples" / "demo-manifest.json"
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def get(samples: Samples, name: str, **labels: str) -> float | None:
+    """The one sample of ``name`` whose labels include ``labels``; None when there is none."""
+    want = set(labels.items())
+    found = [v for (n, ls), v in samples.items() if n == name and want <= ls]
+    assert len(found) <= 1, f"{name}{labels}: {len(found)} samples"
+    return found[0] if found else None
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    v = get(samples, name, **labels)
+    assert v is not None, f"no {name}{labels}"
+    return v
+
+
+def wait_for(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Source:
+    """One source id publishing through a raw PUB socket: every seq, body and health is the test's."""
+
+    def __init__(self, sock: zmq.Socket, key: str, seq: int = 0) -> None:
+        self.sock, self.key, self.seq = sock, key, seq
+
+    def send(self, kind: str, body: dict[str, object]) -> None:
+        self.sock.send(encode(kind, self.key, self.seq, time.time(), body))
+        self.seq += 1
+
+    def hello_until(self, seen: Callable[[], bool], h: Hello | None = None) -> None:
+        """Hellos until the subscriber has joined and heard one (a PUB drops what precedes a join)."""
+        wait_for(lambda: seen() or self.send(HELLO, (h or hello()).to_body()), f"{self.key} heard")
+
+
+def in_export(exp: Exporter, key: str) -> Callable[[], bool]:
+    return lambda: any(s.key == key for s in exp.feed.figures().sources)
+
+
+@pytest.fixture
+def pub() -> Iterator[tuple[zmq.Socket, str]]:
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind("tcp://127.0.0.1:0")
+    yield sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    sock.close()
+
+
+@pytest.fixture
+def manifest() -> Manifest:
+    return load_manifest(str(MANIFEST))
+
+
+def start_exporter(
+    endpoint: str, manifest: Manifest | None = None, book: EvidenceBook | None = None
+) -> Exporter:
+    return Exporter(ExportFeed([endpoint], manifest=manifest, book=book), "127.0.0.1", 0).start()
+
+
+def healthy_hello(manifest: Manifest) -> Hello:
+    """Served with the layers and width the demo manifest was trained on."""
+    h = hello()
+    layers = list(manifest.concat_order)
+    aux = dataclasses.replace(
+        h.aux or AuxWiring(), declared_ids=layers, ids_read=layers, capture_canonical=layers,
+        width=3 * manifest.slot_width, expected_width=3 * manifest.slot_width,
+    )  # fmt: skip
+    return dataclasses.replace(
+        h, aux=aux, model=dataclasses.replace(h.model, hidden_size=manifest.slot_width)
+    )
+
+
+STEPS = 60
+
+
+def test_metrics_agree_with_the_monitor_and_flag_the_miswired_source(
+    pub: tuple[zmq.Socket, str], manifest: Manifest
+) -> None:
+    sock, endpoint = pub
+    exp = start_exporter(endpoint, manifest)
+    monitor = Feed([endpoint], manifest=manifest).start()  # the monitor's own view of the same stream
+    try:
+        bad, good = Source(sock, "gpu-a:11:r0"), Source(sock, "gpu-b:12:r1")
+        for src, h in ((bad, hello()), (good, healthy_hello(manifest))):
+            src.hello_until(lambda s=src: in_export(exp, s.key)() and monitor.snapshot().source(s.key), h)
+        for i in range(STEPS):
+            bad.send(STEP, step(i))
+            good.send(STEP, step(1000 + i))
+        bad.send(HEALTH, {"dropped": 7, "hook_errors": 2, "started": 1.0})
+        url = exp.url
+
+        def settled() -> bool:
+            snap, s = monitor.snapshot(), scrape(url)
+            keys = (bad.key, good.key)
+            return (
+                all(snap.source(k) is not None and snap.source(k).steps == STEPS for k in keys)
+                and all(get(s, "eagle3_verify_steps_total", source=k) == STEPS for k in keys)
+                and get(s, "eagle3_finding", source=bad.key, code="LAYER_MAP_MISMATCH") is not None
+            )
+
+        wait_for(settled, "both sources' steps and the findings")
+        monitor.settle_findings()
+        snap, s = monitor.snapshot(), scrape(url)
+        for src, first in ((bad, 0), (good, 1000)):
+            k = src.key
+            summary = snap.source(k).summary
+            # what the stream held, counted here independently: step(i) accepts rng(i)'s first draw
+            acc = np.concatenate(
+                [np.random.default_rng(i).integers(0, 3, 4) for i in range(first, first + STEPS)]
+            )
+            buckets = [value(s, "eagle3_accept_length_bucket", source=k, le=str(n)) for n in range(1, 5)]
+            assert np.diff(buckets, prepend=0).tolist() == np.bincount(acc + 1, minlength=5)[1:].tolist()
+            assert np.diff(buckets, prepend=0).tolist() == summary.histogram[1:].tolist()
+            count = value(s, "eagle3_accept_length_count", source=k)
+            assert count == acc.size == summary.request_steps
+            mean = value(s, "eagle3_accept_length_sum", source=k) / count
+            assert mean == pytest.approx(summary.mean_accept_length) == pytest.approx(acc.mean() + 1)
+            assert value(s, "eagle3_accepted_tokens_total", source=k) == acc.sum()
+            assert value(s, "eagle3_drafted_tokens_total", source=k) == acc.size * 3  # width 4: 3 positions
+            per = {
+                m: [value(s, f"eagle3_position_{m}_total", source=k, position=str(i)) for i in (1, 2, 3)]
+                for m in ("proposed", "accepted", "reached")
+            }
+            uncond = np.divide(per["accepted"], per["proposed"])
+            cond = np.divide(
+                per["accepted"], per["reached"], out=np.zeros(3), where=np.array(per["reached"]) > 0
+            )
+            assert uncond == pytest.approx(summary.unconditional)
+            assert cond == pytest.approx(summary.conditional)
+            assert value(s, "eagle3_source_up", source=k) == 1.0
+            assert value(s, "eagle3_last_event_age_seconds", source=k) < 5
+        findings = {(dict(ls)["source"], dict(ls)["code"]) for n, ls in s if n == "eagle3_finding"}
+        assert (bad.key, "LAYER_MAP_MISMATCH") in findings and (
+            good.key,
+            "LAYER_MAP_MISMATCH",
+        ) not in findings
+        assert value(s, "eagle3_finding", source=bad.key, code="LAYER_MAP_MISMATCH", severity="error") == 1
+        assert value(s, "eagle3_tracer_dropped_events_total", source=bad.key) == 7
+        assert value(s, "eagle3_tracer_hook_errors_total", source=bad.key) == 2
+        info = {n: dict(ls) for n, ls in s if n == "eagle3_spec_info" and dict(ls)["source"] == bad.key}
+        assert info["eagle3_spec_info"]["capture_canonical"] == "-1,3,4"
+        assert info["eagle3_spec_info"]["num_draft_tokens"] == "4"
+        assert info["eagle3_spec_info"]["algorithm"] == "EAGLE3"
+    finally:
+        monitor.stop()
+        exp.close()
+
+
+def counters(s: Samples) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {k: v for k, v in s.items() if k[0].endswith(("_total", "_bucket", "_count", "_sum"))}
+
+
+def test_a_restarted_source_never_makes_a_counter_go_down(pub: tuple[zmq.Socket, str]) -> None:
+    sock, endpoint = pub
+    exp = start_exporter(endpoint)
+    try:
+        old = Source(sock, "box:7:r0", seq=1_000_000)  # far past the reordering window
+        old.hello_until(in_export(exp, old.key))
+        for i in range(30):
+            old.send(STEP, step(i))
+        old.send(HEALTH, {"dropped": 5, "hook_errors": 3, "started": 100.0})
+        wait_for(
+            lambda: get(scrape(exp.url), "eagle3_tracer_dropped_events_total", source=old.key) == 5,
+            "phase 1",
+        )
+        before = counters(scrape(exp.url))
+        seen = [before]
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def keep_scraping() -> None:  # scrapes while the restart is folded in
+            while not stop.is_set():
+                try:
+                    seen.append(counters(scrape(exp.url)))
+                except BaseException as exc:  # noqa: BLE001 - reported by the test below
+                    errors.append(exc)
+                    return
+
+        t = threading.Thread(target=keep_scraping)
+        t.start()
+        try:
+            new = Source(sock, old.key, seq=0)  # the same host:pid:rank, counting from zero again
+            new.send(HEALTH, {"dropped": 1, "hook_errors": 0, "started": 200.0})
+            new.send(HELLO, hello().to_body())
+            for i in range(10):
+                new.send(STEP, step(100 + i))
+            wait_for(
+                lambda: (
+                    value(scrape(exp.url), "eagle3_verify_steps_total", source=old.key) == 40
+                    and value(scrape(exp.url), "eagle3_source_restarts_total", source=old.key) == 1
+                ),
+                "the restart",
+            )
+        finally:
+            stop.set()
+            t.join(10)
+        assert not errors
+        after = counters(scrape(exp.url))
+        seen.append(after)
+        for earlier, later in zip(seen, seen[1:], strict=False):
+            for k, v in earlier.items():
+                assert later.get(k, v) >= v, f"{k} went down: {v} -> {later.get(k)}"
+        assert value(after, "eagle3_tracer_dropped_events_total", source=old.key) == 5 + 1
+        assert value(after, "eagle3_tracer_hook_errors_total", source=old.key) == 3 + 0
+    finally:
+        exp.close()
+
+
+def test_a_book_that_forgot_a_source_keeps_its_counters(pub: tuple[zmq.Socket, str]) -> None:
+    """A book holding one source: a second one evicts the first, whose return starts from zero."""
+    sock, endpoint = pub
+    exp = start_exporter(endpoint, book=EvidenceBook(max_sources=1))
+    try:
+        a, b = Source(sock, "a:1:r0"), Source(sock, "b:2:r0")
+        a.hello_until(in_export(exp, a.key))
+        for i in range(20):
+            a.send(STEP, step(i))
+        wait_for(lambda: get(scrape(exp.url), "eagle3_verify_steps_total", source=a.key) == 20, "a's steps")
+        first = value(scrape(exp.url), "eagle3_accept_length_count", source=a.key)
+        b.send(HELLO, hello().to_body())
+        wait_for(lambda: not in_export(exp, a.key)(), "a evicted")
+        for i in range(5):
+            a.send(STEP, step(50 + i))
+        wait_for(lambda: in_export(exp, a.key)(), "a back")
+        wait_for(
+            lambda: [s.verify_steps for s in exp.feed.figures().sources if s.key == a.key] == [5], "a's 5"
+        )
+        s = scrape(exp.url)
+        assert value(s, "eagle3_verify_steps_total", source=a.key) == 25
+        assert value(s, "eagle3_accept_length_count", source=a.key) == first + 5 * 4
+    finally:
+        exp.close()
+
+
+def test_restart_safe_holds_a_dip_and_carries_a_restart() -> None:
+    c = RestartSafe()
+    holder = EvidenceBook()  # any object: its identity is the epoch
+    assert c.values(("s", "book"), np.array([5, 2]), holder, fall_is_restart=False).tolist() == [5, 2]
+    # a hole in seq filled by a late frame: the count was right before, hold it
+    assert c.values(("s", "book"), np.array([4, 3]), holder, fall_is_restart=False).tolist() == [5, 3]
+    # a new holder starts over: the old figures become the offset
+    assert c.values(("s", "book"), np.array([1, 1]), EvidenceBook(), fall_is_restart=False).tolist() == [6, 4]
+    # a tracer's own counter falling back is a restart, even under the same start time
+    assert c.values(("s", "health"), np.array([9]), 1.0, fall_is_restart=True).tolist() == [9]
+    assert c.values(("s", "health"), np.array([2]), 1.0, fall_is_restart=True).tolist() == [11]
+    assert c.values(("s", "health"), np.array([4]), 2.0, fall_is_restart=True).tolist() == [15]
+
+
+# -- the command line -------------------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "export", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_port_in_use_is_one_line_and_exit_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run_cli("--prometheus", str(port), "tcp://127.0.0.1:5999")
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip()
+        == f"eagle3-top export: port {port} on 127.0.0.1 is in use; choose another with --prometheus"
+    )
+
+
+def test_bad_endpoints_are_named_and_none_left_is_exit_2() -> None:
+    r = run_cli("--prometheus", "0", "nonsense", "tcp://127.0.0.1:70000")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 3 and "'nonsense'" in lines[0] and "70000" in lines[1]
+    assert lines[2] == "eagle3-top export: no valid endpoint"
+
+
+def test_a_host_other_machines_reach_needs_public() -> None:
+    r = run_cli("--prometheus", "0", "--host", "0.0.0.0", "tcp://127.0.0.1:5999")
+    assert r.returncode == 2 and "--public" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@contextlib.contextmanager
+def export_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
+    """The command as a user runs it; yields it, its /metrics URL and the stderr lines before it."""
+    proc = subprocess.Popen([*CLI, "export", "--prometheus", "0", *args], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        before: list[str] = []
+        while not (line := proc.stderr.readline()).startswith("eagle3-top export: serving"):
+            assert line, f"export ended: {before}"
+            before.append(line)
+        m = re.search(r"serving (http://127\.0\.0\.1:\d+/metrics)", line)
+        assert m, line
+        yield proc, m.group(1), before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_serves_a_publisher_and_stops_on_sigterm(
+    pub: tuple[zmq.Socket, str], tmp_path: Path
+) -> None:
+    sock, endpoint = pub
+    listed = tmp_path / "endpoints.txt"
+    listed.write_text(f"# the fleet\n{endpoint}\n")
+    with export_process("not-an-endpoint", "--endpoints-file", str(listed)) as (proc, url, before):
+        assert len(before) == 1 and "'not-an-endpoint'" in before[0] and "(skipped)" in before[0]
+        src = Source(sock, "svc:3:r0")
+        src.hello_until(lambda: get(scrape(url), "eagle3_spec_info", source=src.key) is not None)
+        for i in range(12):
+            src.send(STEP, step(i))
+        wait_for(lambda: get(scrape(url), "eagle3_verify_steps_total", source=src.key) == 12, "12 steps")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+
+
+def test_the_command_subscribes_with_curve_keys(tmp_path: Path) -> None:
+    server_key, server_secret = curve.generate(str(tmp_path / "server"), "server")
+    _, client_secret = curve.generate(str(tmp_path / "clients"), "exporter")
+    config = curve.server_config(server_secret, str(tmp_path / "clients"))
+    publisher = Publisher(
+        "tcp://127.0.0.1:0", SourceId("gpu", 9, 0, "test"), curve=config, hello_interval_s=0.2
+    )
+    publisher.set_hello(hello())
+    try:
+        keys = ["--curve-server-key", server_key, "--curve-client-secret", client_secret]
+        with export_process(*keys, publisher.bound_endpoint) as (_, url, _):
+            wait_for(lambda: get(scrape(url), "eagle3_spec_info", source="gpu:9:r0") is not None, "the hello")
+            for i in range(8):
+                publisher.publish(STEP, step(i))
+            wait_for(lambda: get(scrape(url), "eagle3_verify_steps_total", source="gpu:9:r0") == 8, "8 steps")
+    finally:
+        publisher.close()
+    half = run_cli("--prometheus", "0", "--curve-server-key", server_key, "tcp://127.0.0.1:5999")
+    assert half.returncode == 2 and "CURVE needs both" in half.stderr
+
+
+# -- the docs: alert rules and dashboard use only exported names ----------------------------------
+
+METRIC = re.compile(r"\beagle3_[a-z0-9_]+")
+
+
+def exported_names(pub: tuple[zmq.Socket, str], manifest: Manifest) -> set[str]:
+    """Every sample name of a scrape that has all of them: a mis-wired source with health."""
+    sock, endpoint = pub
+    exp = start_exporter(endpoint, manifest)
+    try:
+        src = Source(sock, "n:1:r0")
+        src.hello_until(in_export(exp, src.key))
+        for i in range(5):
+            src.send(STEP, step(i))
+        src.send(HEALTH, {"dropped": 0, "hook_errors": 0, "started": 1.0})
+        wait_for(lambda: "eagle3_finding" in {n for n, _ in scrape(exp.url)}, "findings")
+        wait_for(lambda: "eagle3_tracer_dropped_events_total" in {n for n, _ in scrape(exp.url)}, "health")
+        return {n for n, _ in scrape(exp.url)}
+    finally:
+        exp.close()
+
+
+def exprs(node: object) -> Iterator[str]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in ("expr", "query") and isinstance(v, str):
+                yield v
+            else:
+                yield from exprs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from exprs(v)
+
+
+def test_alert_rules_and_dashboard_name_only_exported_metrics(
+    pub: tuple[zmq.Socket, str], manifest: Manifest
+) -> None:
+    names = exported_names(pub, manifest)
+    rules = yaml.safe_load((ROOT / "docs" / "eagle3-top-alerts.yml").read_text())
+    dashboard = json.loads((ROOT / "docs" / "grafana-eagle3-top.json").read_text())
+    alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+    assert "LAYER_MAP_MISMATCH" in " ".join(alerts.values())
+    panel_exprs = list(exprs(dashboard["panels"]))
+    assert len(panel_exprs) >= 6
+    used = {m for e in [*alerts.values(), *exprs(dashboard)] for m in METRIC.findall(e)}
+    assert used and used <= names, f"not exported: {sorted(used - names)}"
+    # the datasource is a variable: the dashboard imports into any Grafana
+    assert any(v["type"] == "datasource" for v in dashboard["templating"]["list"])
+    for p in dashboard["panels"]:
+        if "targets" in p:
+            assert p["datasource"]["uid"] == "${datasource}", p["title"]
