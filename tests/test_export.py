@@ -338,7 +338,13 @@ def test_a_host_other_machines_reach_needs_public() -> None:
 @contextlib.contextmanager
 def export_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """The command as a user runs it; yields it, its /metrics URL and the stderr lines before it."""
-    proc = subprocess.Popen([*CLI, "export", "--prometheus", "0", *args], stderr=subprocess.PIPE, text=True)
+    # SIGINT ignored, as a shell starts a background job: the command must still stop on Ctrl-C
+    proc = subprocess.Popen(
+        [*CLI, "export", "--prometheus", "0", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         assert proc.stderr is not None
         before: list[str] = []
@@ -381,11 +387,13 @@ def test_the_command_subscribes_with_curve_keys(tmp_path: Path) -> None:
     publisher.set_hello(hello())
     try:
         keys = ["--curve-server-key", server_key, "--curve-client-secret", client_secret]
-        with export_process(*keys, publisher.bound_endpoint) as (_, url, _):
+        with export_process(*keys, publisher.bound_endpoint) as (proc, url, _):
             wait_for(lambda: get(scrape(url), "eagle3_spec_info", source="gpu:9:r0") is not None, "the hello")
             for i in range(8):
                 publisher.publish(STEP, step(i))
             wait_for(lambda: get(scrape(url), "eagle3_verify_steps_total", source="gpu:9:r0") == 8, "8 steps")
+            proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop too
+            assert proc.wait(15) == 0
     finally:
         publisher.close()
     half = run_cli("--prometheus", "0", "--curve-server-key", server_key, "tcp://127.0.0.1:5999")

@@ -116,12 +116,15 @@ def main(argv: list[str]) -> int:
 
 
 def _wait_for_stop() -> None:
-    """Until SIGTERM (a service manager's stop: exit 0) or Ctrl-C (the caller's 130)."""
+    """Until SIGTERM (a service manager's stop) or SIGINT (Ctrl-C): both a clean stop, exit 0.
+    SIGINT is handled here, not left to Python: a shell that starts a command in the background
+    starts it with SIGINT ignored, and Python keeps that."""
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_term)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_term)
     while not stop.wait(0.5):
         pass
