@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .bench_monitor_load import _publishers
+from .bench_monitor_load import _publishers, add_load_arguments
 from .common import best_of, machine
 
 if TYPE_CHECKING:
@@ -69,10 +69,7 @@ def _ingest(exp: Exporter, seconds: float, scrape: tuple | None) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sources", type=int, default=64)
-    ap.add_argument("--rate", type=float, default=100.0, help="step events/s per source")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--n", type=int, default=4)
+    add_load_arguments(ap, sources=64, rate=100.0)
     ap.add_argument("--seconds", type=float, default=6.0, help="per phase")
     ap.add_argument("--every", type=float, default=0.25, help="seconds between scrapes")
     args = ap.parse_args(argv)

@@ -8,7 +8,6 @@ steps/s it reached against the pace asked (an overloaded box falls behind, it do
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -18,23 +17,7 @@ from eagle3_top.tracer.schema import STEP
 from eagle3_top.tracer.subscriber import Subscriber
 from eagle3_top.tui.commands.demo import FLEET_RATE, free_port_run
 
-from benchmarks.common import machine
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from benchmarks.common import cpu_s, machine, rss_mb
 
 
 def run(n: int, rate: float, seconds: float) -> tuple[float, float, float]:

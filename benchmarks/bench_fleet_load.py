@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
-from .bench_monitor_load import _cpu, _publishers, measure_raw
-from .common import machine
+from .bench_monitor_load import _cpu, _publishers, add_load_arguments, measure_raw
+from .common import machine, rss_mb
 
 BUDGET_MS = 5.0
 
@@ -39,11 +39,6 @@ def _remote_publishers(*args) -> None:  # type: ignore[no-untyped-def]
     # monitor, and at normal priority they would take the monitor's core away in bursts.
     os.nice(10)
     _publishers(*args)
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _pcts(xs: list[float]) -> tuple[float, float, float]:
@@ -90,11 +85,11 @@ def measure_fleet(endpoints: list[str], seconds: float, interval: float) -> dict
         fleet_ms.append((s2 - s1) * 1e3)
         ticks += 1
         if not rss_third and s2 - t0 >= seconds / 3:
-            rss_third = _rss_mb()
+            rss_third = rss_mb(os.getpid())
     dt = time.perf_counter() - t0
     cpu = _cpu() - c0
     events = feed.book.events - e0
-    rss_end = _rss_mb()
+    rss_end = rss_mb(os.getpid())
     feed.stop()
     third = seconds / 3
     first = [lag for t, lag in lags if t - m0 < third]
@@ -119,10 +114,7 @@ def measure_fleet(endpoints: list[str], seconds: float, interval: float) -> dict
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sources", type=int, default=64)
-    ap.add_argument("--rate", type=float, default=100.0, help="step events/s per source")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--n", type=int, default=4)
+    add_load_arguments(ap, sources=64, rate=100.0)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--raw-seconds", type=float, default=5.0)
     ap.add_argument("--interval", type=float, default=0.25)

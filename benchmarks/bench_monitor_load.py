@@ -193,10 +193,7 @@ def measure_once(endpoints: list[str], interval: float) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sources", type=int, default=8)
-    ap.add_argument("--rate", type=float, default=1000.0, help="step events/s per source")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--n", type=int, default=4)
+    add_load_arguments(ap, sources=8, rate=1000.0)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--interval", type=float, default=1.0)
     args = ap.parse_args(argv)
@@ -246,3 +243,12 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def add_load_arguments(ap: argparse.ArgumentParser, sources: int, rate: float) -> None:
+    """The offered load of the benchmarks that run ``_publishers``: how many sources, each
+    sending ``rate`` step events a second of ``batch`` requests by ``n`` draft tokens."""
+    ap.add_argument("--sources", type=int, default=sources)
+    ap.add_argument("--rate", type=float, default=rate, help="step events/s per source")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--n", type=int, default=4)

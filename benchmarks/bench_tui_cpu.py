@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import shutil
 import subprocess
 import sys
 import time
 import uuid
 
-from benchmarks.common import machine
-
-TICK = os.sysconf("SC_CLK_TCK")
+from benchmarks.common import cpu_s, machine, rss_mb
 
 
 def _publish(q, stop, rate: float) -> None:  # type: ignore[no-untyped-def]
@@ -85,20 +82,6 @@ def _raw(endpoints: list[str], stop) -> None:  # type: ignore[no-untyped-def]
                     msgpack.unpackb(sock.recv(zmq.NOBLOCK))
                 except zmq.Again:
                     break
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def share(pid: int, seconds: float) -> float:

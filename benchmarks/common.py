@@ -44,3 +44,22 @@ def best_of(fn: Callable[[], object], repeat: int = 5, number: int = 200) -> flo
             fn()
         best = min(best, (time.perf_counter() - t0) / number)
     return best
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` in MiB, from /proc."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0

@@ -94,12 +94,8 @@ def in_export(exp: Exporter, key: str) -> Callable[[], bool]:
 
 
 @pytest.fixture
-def pub() -> Iterator[tuple[zmq.Socket, str]]:
-    sock = zmq.Context.instance().socket(zmq.PUB)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.bind("tcp://127.0.0.1:0")
-    yield sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
-    sock.close()
+def pub(raw_pub: tuple[zmq.Socket, str]) -> tuple[zmq.Socket, str]:
+    return raw_pub
 
 
 @pytest.fixture

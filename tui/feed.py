@@ -34,6 +34,11 @@ from .snapshot import STALE_AFTER_S, Snapshot, Transport, take_snapshot
 
 log = logging.getLogger("eagle3_top.tui.feed")
 REQUESTS_FOLD_S = 0.25
+# After a small receive batch the worker waits this long before the next: frames gather (the
+# socket buffers them) and are decoded and folded many at a time. At a fleet's trickle (64
+# sources x 100 events/s) the worker otherwise woke for 4 events at a time, and its per-batch
+# work held the GIL the UI thread's snapshot waited for. A full batch goes round at once.
+BATCH_WAIT_S = 0.025
 FILE_NEWS_S = 30.0  # how long "endpoints file F: +2 −1" stays up; a bad line stays until fixed
 
 
@@ -126,6 +131,8 @@ class Feed:
             with self._lock:
                 self.book.ingest(events, now, sub.count_malformed)
                 self.batches += 1
+            if len(frames) < self._max_batch // 4:
+                self._stop.wait(BATCH_WAIT_S)
 
     def _tap(self, frames: list[bytes], now: float) -> None:
         """Hand the raw frames to the recording the user started (``r``), if any, stamped with the

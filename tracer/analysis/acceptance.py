@@ -44,6 +44,7 @@ class AcceptanceStats:
         self.verify_steps = 0
         self.drafts_proposed = 0
         self.tokens = 0
+        self.deepest = 0  # the deepest position any step proposed: the last with proposed > 0
         self._history_s = history_s
         self._rate_window_s = rate_window_s
         # per wall-clock second: [second, request_steps, sum_accept_len, verify_steps, tokens]
@@ -79,6 +80,8 @@ class AcceptanceStats:
             )  # fmt: skip
         self.counts += np.bincount(np.minimum(accepted, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
         self.proposed[1 : depth + 1] += b
+        if depth > self.deepest:
+            self.deepest = depth
         committed = int(accepted.sum()) + b * BONUS  # the request-steps' accept lengths, summed
         self.request_steps += b
         self.verify_steps += steps
@@ -109,8 +112,11 @@ class AcceptanceStats:
                 tokens, drafts = self.tokens - tok0, self.drafts_proposed - dr0
         # at_least[i] = request-steps with accepted >= i
         at_least = counts[::-1].cumsum()[::-1]
-        nz = np.flatnonzero(proposed)
-        last = int(nz[-1]) if nz.size else 0
+        if window_s is None:
+            last = self.deepest
+        else:
+            nz = proposed.nonzero()[0]
+            last = int(nz[-1]) if nz.size else 0
         # No np.where/errstate: accepting at i needs i proposed and i-1 accepted, so a zero
         # denominator always has a zero numerator and max(d, 1) gives the same 0 (and a fleet's
         # snapshot takes 64 of these every refresh).

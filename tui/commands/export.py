@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import argparse
 import errno
-import signal
 import sys
-import threading
-from types import FrameType
 
 from .curve_args import add_curve_arguments, curve_from
 from .endpoint_args import add_endpoint_arguments, endpoints_from
-from .listen import loopback, resolve
+from .listen import port_or_any, public_host_error
 from .report import EXIT_OK, fail, parse
+from .stop_signal import StopSignal
 
 PROG = "eagle3-top export"
 DEFAULT_HOST = "127.0.0.1"
@@ -29,7 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_endpoint_arguments(p, follows=True)
     p.add_argument(
-        "--prometheus", type=_port, required=True, metavar="PORT", help="port for /metrics (0: any free one)"
+        "--prometheus",
+        type=port_or_any,
+        required=True,
+        metavar="PORT",
+        help="port for /metrics (0: any free one)",
     )
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     p.add_argument(
@@ -46,12 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: a port, 0-65535")
-    return int(text)
-
-
 def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
@@ -59,17 +55,9 @@ def main(argv: list[str]) -> int:
     given = endpoints_from(ns, PROG)
     if isinstance(given, int):
         return given
-    addresses = resolve(ns.host)
-    if not addresses:
-        return fail(PROG, f"--host {ns.host!r}: no such address")
-    if not all(loopback(a) for a in addresses):
-        if not ns.public:
-            return fail(
-                PROG,
-                f"--host {ns.host} is reachable from other machines and /metrics has no authentication; "
-                "add --public to serve it anyway",
-            )
-        print(f"{PROG}: warning: serving /metrics on {ns.host} without authentication", file=sys.stderr)
+    why = public_host_error(PROG, ns.host, ns.public, "/metrics")
+    if why is not None:
+        return fail(PROG, why)
 
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.curve import KeyError_
@@ -109,22 +97,9 @@ def main(argv: list[str]) -> int:
         settle_heap()
         n = len(feed.endpoints)
         print(f"{PROG}: serving {exp.url} for {n} endpoint(s) (Ctrl+C stops)", file=sys.stderr)
-        _wait_for_stop()
+        stop = StopSignal()
+        while not stop.wait(0.5):
+            pass
     finally:
         exp.close()
     return EXIT_OK
-
-
-def _wait_for_stop() -> None:
-    """Until SIGTERM (a service manager's stop) or SIGINT (Ctrl-C): both a clean stop, exit 0.
-    SIGINT is handled here, not left to Python: a shell that starts a command in the background
-    starts it with SIGINT ignored, and Python keeps that."""
-    stop = threading.Event()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_term)
-    while not stop.wait(0.5):
-        pass

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
-from types import FrameType
 
 from .args import positive_float
 from .curve_args import add_curve_arguments, curve_from
 from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import EXIT_FINDINGS, EXIT_OK, fail, parse
+from .stop_signal import StopSignal
 
 PROG = "eagle3-top record"
 
@@ -45,14 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_curve_arguments(p)
     return p
-
-
-class _Stop:
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
 
 
 def rotated_name(path: str, index: int) -> str:
@@ -85,9 +76,7 @@ def main(argv: list[str]) -> int:
         writer = RecordingWriter(ns.output, compression=ns.compression, exclusive=not ns.force)
     except OSError as exc:
         return fail(PROG, f"cannot write {ns.output}: {exc.strerror or exc}")
-    stop = _Stop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
+    stop = StopSignal()
     # One socket per endpoint: a shared SUB socket would not say which endpoint a frame came from.
     subs = [(ep, Subscriber([ep], curve=curve)) for ep in endpoints]
     wait_ms = max(1, 50 // len(subs))
@@ -101,7 +90,7 @@ def main(argv: list[str]) -> int:
     error: str | None = None
     print(f"{PROG}: recording {', '.join(endpoints)} to {ns.output}", file=sys.stderr)
     try:
-        while stop.signum is None and (deadline is None or time.monotonic() < deadline):
+        while not stop.stopped and (deadline is None or time.monotonic() < deadline):
             for ep, sub in subs:
                 batch = sub.recv_frames(wait_ms)
                 # one receive time for the batch: they were all queued by the time poll returned
@@ -140,7 +129,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_FINDINGS
-    why = f"signal {signal.Signals(stop.signum).name}" if stop.signum is not None else "--duration"
+    why = stop.name if stop.stopped else "--duration"
     print(
         f"{PROG}: stopped ({why}): {frames} frames, {nbytes} bytes, {gaps.missed} missed{parts}",
         file=sys.stderr,

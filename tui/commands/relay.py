@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
-from types import FrameType
 from typing import TYPE_CHECKING, cast
 
 from eagle3_top.tracer.curve_flags import add_server_arguments, server_from
@@ -18,6 +16,7 @@ from .args import positive_float, positive_int
 from .curve_args import add_curve_arguments, curve_from
 from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import EXIT_FINDINGS, EXIT_OK, fail, parse
+from .stop_signal import StopSignal
 
 if TYPE_CHECKING:
     from eagle3_top.tracer.relay import Relay
@@ -90,14 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _Stop:
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
-
-
 def _bind_error(endpoint: str, public: bool) -> str | None:
     """Why ``endpoint`` must not be bound, or None; warns when it is public and allowed."""
     from eagle3_top.tracer.publisher import EndpointError, check_bind_endpoint
@@ -155,9 +146,7 @@ def main(argv: list[str]) -> int:
     except RelayError as exc:
         return fail(PROG, str(exc))
     # from here on a signal must reach _finish: it closes the recording whole
-    stop = _Stop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
+    stop = StopSignal()
     recorder = None
     if ns.record:
         try:
@@ -179,11 +168,10 @@ def main(argv: list[str]) -> int:
     return _finish(relay, recorder, stop, ns.record)
 
 
-def _run(relay: Relay, recorder: CaptureRecorder | None, stop: _Stop, interval: float | None) -> None:
+def _run(relay: Relay, recorder: CaptureRecorder | None, stop: StopSignal, interval: float | None) -> None:
     last_t, last_n, before = time.monotonic(), 0, 0
     refused: set[str] = set()
-    while stop.signum is None and relay.running:
-        time.sleep(0.2)
+    while relay.running and not stop.wait(0.2):
         relay.poll_states()
         for ep, state in relay.upstreams.items():
             if state.startswith("refused") and ep not in refused:  # said once, --quiet or not
@@ -216,14 +204,14 @@ def _status(relay: Relay, recorder: CaptureRecorder | None, n: int, rate: float,
     return line
 
 
-def _finish(relay: Relay, recorder: CaptureRecorder | None, stop: _Stop, path: str | None) -> int:
+def _finish(relay: Relay, recorder: CaptureRecorder | None, stop: StopSignal, path: str | None) -> int:
     counts = relay.stop()
-    why = f"signal {signal.Signals(stop.signum).name}" if stop.signum is not None else relay.error
+    why = stop.name if stop.stopped else relay.error
     print(
         f"{PROG}: stopped ({why}): {counts.received:,} frames forwarded, {counts.received_bytes:,} bytes",
         file=sys.stderr,
     )
-    code = EXIT_OK if stop.signum is not None else EXIT_FINDINGS
+    code = EXIT_OK if stop.stopped else EXIT_FINDINGS
     if recorder is None:
         return code
     recorder.stop()

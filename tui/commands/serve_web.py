@@ -13,7 +13,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from .listen import loopback, resolve
+from .listen import port_arg, public_host_error, resolve
 from .monitor_check import argparse_error, monitor_args_error
 from .report import EXIT_OK, fail
 
@@ -46,12 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def port_arg(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: a port, 1-65535")
-    return int(text)
-
-
 def main(argv: list[str]) -> int:
     err = io.StringIO()
     try:
@@ -66,23 +60,16 @@ def main(argv: list[str]) -> int:
         print(f"{PROG}: {line}", file=sys.stderr)
     if why is not None:
         return fail(PROG, why)
-    addresses = resolve(ns.host)
-    if not addresses:
-        return fail(PROG, f"--host {ns.host!r}: no such address")
-    if not all(loopback(a) for a in addresses):
-        if not ns.public:
-            return fail(
-                PROG,
-                f"--host {ns.host} is reachable from other machines and the browser view has no "
-                f"authentication; add --public to serve it anyway, or tunnel: ssh -N -L "
-                f"{ns.port}:127.0.0.1:{ns.port} HOST",
-            )
-        print(
-            f"{PROG}: warning: serving on {ns.host}:{ns.port} without authentication: "
-            "anyone who reaches it sees the monitor and drives it",
-            file=sys.stderr,
-        )
-    busy = _port_busy(addresses, ns.port)
+    why = public_host_error(
+        PROG,
+        ns.host,
+        ns.public,
+        "the browser view",
+        f", or tunnel: ssh -N -L {ns.port}:127.0.0.1:{ns.port} HOST",
+    )
+    if why is not None:
+        return fail(PROG, why)
+    busy = _port_busy(resolve(ns.host), ns.port)
     if busy is not None:
         return fail(PROG, busy)
     # exec: the shell textual-serve runs it in becomes the monitor, so a kill reaches the monitor.
