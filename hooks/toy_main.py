@@ -83,6 +83,8 @@ def show_paths() -> None:
                 "target": paths.target_dir(),
                 "draft": paths.draft_dir(),
                 "draft_ids_not_read": paths.draft_ids_not_read_dir(),
+                "draft_no_embed": paths.draft_no_embed_dir(),
+                "draft_no_embed_ids_not_read": paths.draft_no_embed_dir() + "-ids-not-read",
             },
             indent=2,
         )
@@ -94,13 +96,16 @@ NEEDS_TORCH = "the built-in engine needs torch: {} (pip install 'eagle3-top[torc
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "gen-data":
+    if argv and argv[0] in ("gen-data", "export"):
         try:
-            from .toy.gendata import main as gendata_main
+            if argv[0] == "export":
+                from .toy.export import main as sub_main
+            else:
+                from .toy.gendata import main as sub_main
         except ImportError as exc:
             print(f"eagle3-top toy: {NEEDS_TORCH.format(exc)}", file=sys.stderr)
             return 2
-        return gendata_main(argv[1:])
+        return sub_main(argv[1:])
     ns = build_parser().parse_args(argv)
     if ns.show_paths:
         show_paths()

@@ -20,11 +20,6 @@ HIDDEN = 16
 VOCAB = 128
 DRAFT_VOCAB = 32
 
-N_LAYERS = 6
-HIDDEN = 16
-VOCAB = 128
-DRAFT_VOCAB = 32
-
 LAYER_CASES: dict[str, dict[str, Any]] = {
     "nested": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}},
     "top_level": {"top": [0, 2, 3]},

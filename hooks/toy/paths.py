@@ -25,3 +25,9 @@ def draft_ids_not_read_dir() -> str:
     """Same draft weights, ids at the config's top level only: SGLang ignores them and the target
     captures its defaults ``[2, 4, 5]`` native = canonical ``[1, 3, 4]`` (the motivating bug)."""
     return os.path.join(WEIGHTS_DIR, "draft-ids-not-read")
+
+
+def draft_no_embed_dir() -> str:
+    """The second draft: ids ``[0, 2, 5]``, no embedding slot (which SGLang 0.5.17-0.5.21 mishandle);
+    still apart from SGLang's default layers, so its mis-wired copy shows the motivating bug."""
+    return os.path.join(WEIGHTS_DIR, "draft-no-embed")

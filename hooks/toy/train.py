@@ -1,6 +1,7 @@
 """Train the toy target and its EAGLE-3 draft, deterministically, on CPU.
 
     python -m eagle3_top.hooks.toy.train --out hooks/toy/weights
+    python -m eagle3_top.hooks.toy.train --keep-target --drafts draft-no-embed   # one draft, same target
 
 Target: the reference's v2 recipe (700 steps, batch 16 x 129, AdamW lr 3e-3, no weight decay);
 this grows the residual stream to RMS 3.7-47 against an embedding output of ~0.06, which is what
@@ -8,7 +9,7 @@ makes a draft served the wrong layers fail. Draft (300 steps, AdamW lr 1e-2, dec
 2.0 — the decay keeps fc's weights small on the large-input slots, so the tiny embedding slot ends up
 with ~8x larger weights and a wrongly wired large vector there swamps fc's output): trained on the target's own
 hidden states at canonical layers ``[-1, 2, 5]`` (canonical k = output of 0-based block k,
--1 = embedding output), labels = the target's greedy predictions on sequences it generated itself,
+-1 = embedding output; the second draft, ``draft-no-embed``, at ``[0, 2, 5]``), labels = the target's greedy predictions on sequences it generated itself,
 with EAGLE-3 training-time test (3 unrolled steps, the draft's own hidden output fed back).
 """
 
@@ -29,6 +30,15 @@ from .model import ToyLlamaConfig, ToyLlamaForCausalLM
 from .workload import make_sequences, sequence_stream
 
 AUX_IDS = [-1, 2, 5]
+# The bundled drafts: directory -> (the canonical layers it trains on, the directory of its
+# mis-wired copy: the same weights with the ids at the config's top level, where SGLang never reads
+# them, so the server falls back to its default layers [1, 3, 4]). The second avoids the embedding
+# (-1): SGLang 0.5.17-0.5.21 mishandle that slot (docs/sglang-releases.md), and it is still apart
+# from the default layers, so its mis-wired copy shows the motivating bug too.
+DRAFTS: dict[str, tuple[list[int], str]] = {
+    "draft": (AUX_IDS, "draft-ids-not-read"),
+    "draft-no-embed": ([0, 2, 5], "draft-no-embed-ids-not-read"),
+}
 
 
 def _lr(step: int, total: int, peak: float, warmup: int) -> float:
@@ -88,15 +98,17 @@ def greedy_generate(model: ToyLlamaForCausalLM, prompts: torch.Tensor, new_token
 
 
 @torch.no_grad()
-def build_draft_data(target, n: int, prompt_len: int, seq_len: int, seed: int, chunk: int = 128):
-    """Sequences the target generated itself, their aux states at canonical AUX_IDS and labels."""
+def build_draft_data(
+    target, n: int, prompt_len: int, seq_len: int, seed: int, aux_ids: list[int] = AUX_IDS, chunk: int = 128
+):
+    """Sequences the target generated itself, their aux states at canonical ``aux_ids`` and labels."""
     prompts = make_sequences(n, prompt_len, seed)
     seqs, aux, labels = [], [], []
     for i in range(0, n, chunk):
         s = greedy_generate(target, prompts[i : i + chunk], seq_len - prompt_len)
         hs, logits = target.all_hidden_states(s)
         seqs.append(s)
-        aux.append(torch.cat([hs[k + 1] for k in AUX_IDS], dim=-1))
+        aux.append(torch.cat([hs[k + 1] for k in aux_ids], dim=-1))
         labels.append(logits.argmax(-1))
     return torch.cat(seqs), torch.cat(aux), torch.cat(labels)
 
@@ -239,6 +251,29 @@ def _save_fp16(sd: dict, path: str) -> None:
     torch.save({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in sd.items()}, path)
 
 
+def save_draft(out: str, name: str, draft: ToyEagle3Draft, dcfg: ToyEagle3Config, metrics: dict) -> None:
+    """The draft in ``out/name`` and its mis-wired copy beside it (same weights and metrics: the
+    copy claims what the draft reached in training, as a real mis-deployed draft would)."""
+    ids, bad_name = DRAFTS[name]
+    sd = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
+    ddir, bad = os.path.join(out, name), os.path.join(out, bad_name)
+    for d in (ddir, bad):
+        os.makedirs(d, exist_ok=True)
+    _save_fp16(sd, os.path.join(ddir, "model.pt"))
+    shutil.copyfile(os.path.join(ddir, "model.pt"), os.path.join(bad, "model.pt"))
+    good_cfg = dcfg.to_dict()
+    with open(os.path.join(ddir, "config.json"), "w") as f:
+        json.dump(good_cfg, f, indent=2)
+    bad_cfg = dict(good_cfg)
+    bad_cfg["eagle_config"] = {"use_aux_hidden_state": True}
+    bad_cfg["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    with open(os.path.join(bad, "config.json"), "w") as f:
+        json.dump(bad_cfg, f, indent=2)
+    for d in (ddir, bad):
+        with open(os.path.join(d, "training_metrics.json"), "w") as f:
+            json.dump(metrics, f, indent=2)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "weights"))
@@ -253,23 +288,39 @@ def main(argv=None) -> int:
     ap.add_argument("--draft-wd", type=float, default=2.0)
     ap.add_argument("--draft-sequences", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--drafts",
+        nargs="+",
+        choices=sorted(DRAFTS),
+        default=list(DRAFTS),
+        help="which drafts to train (default: all)",
+    )
+    ap.add_argument(
+        "--keep-target",
+        action="store_true",
+        help="train only the drafts, on the target already in --out (its metrics keep the target's "
+        "recorded training time)",
+    )
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     seq_len, prompt_len = 129, 48
-    t0 = time.time()
     cfg = ToyLlamaConfig()
-    target = train_target(cfg, a.target_steps, a.target_batch, seq_len, a.seed, a.target_lr, a.target_wd)
-    t_target = time.time() - t0
     tdir = os.path.join(a.out, "target")
-    os.makedirs(tdir, exist_ok=True)
-    cfg.save(tdir)
-    _save_fp16(target.state_dict(), os.path.join(tdir, "model.pt"))
+    if a.keep_target:
+        with open(os.path.join(a.out, "draft", "training_metrics.json")) as f:
+            t_target = json.load(f)["target_train_seconds"]
+    else:
+        t0 = time.time()
+        target = train_target(cfg, a.target_steps, a.target_batch, seq_len, a.seed, a.target_lr, a.target_wd)
+        t_target = round(time.time() - t0, 1)
+        os.makedirs(tdir, exist_ok=True)
+        cfg.save(tdir)
+        _save_fp16(target.state_dict(), os.path.join(tdir, "model.pt"))
+    target = ToyLlamaForCausalLM(cfg)
     # the draft trains on what the served (fp16-stored) target produces
     target.load_state_dict(
         {k: v.float() for k, v in torch.load(os.path.join(tdir, "model.pt"), weights_only=True).items()}
     )
-    t1 = time.time()
-    data = build_draft_data(target, a.draft_sequences, prompt_len, seq_len, a.seed + 7)
     dcfg = ToyEagle3Config(
         hidden_size=cfg.hidden_size,
         num_attention_heads=cfg.num_attention_heads,
@@ -279,53 +330,40 @@ def main(argv=None) -> int:
         rms_norm_eps=cfg.rms_norm_eps,
         rope_theta=cfg.rope_theta,
     )
-    draft, metrics = train_draft(
-        target,
-        dcfg,
-        data,
-        a.draft_steps,
-        a.draft_batch,
-        a.seed,
-        prompt_len,
-        lr=a.draft_lr,
-        weight_decay=a.draft_wd,
-    )
-    t_draft = time.time() - t1
-    sd = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
-    ddir = os.path.join(a.out, "draft")
-    bad = os.path.join(a.out, "draft-ids-not-read")
-    for d in (ddir, bad):
-        os.makedirs(d, exist_ok=True)
-    _save_fp16(sd, os.path.join(ddir, "model.pt"))
-    shutil.copyfile(os.path.join(ddir, "model.pt"), os.path.join(bad, "model.pt"))
-    good_cfg = dcfg.to_dict()
-    with open(os.path.join(ddir, "config.json"), "w") as f:
-        json.dump(good_cfg, f, indent=2)
-    bad_cfg = dict(good_cfg)
-    bad_cfg["eagle_config"] = {"use_aux_hidden_state": True}
-    bad_cfg["eagle_aux_hidden_state_layer_ids"] = list(AUX_IDS)
-    with open(os.path.join(bad, "config.json"), "w") as f:
-        json.dump(bad_cfg, f, indent=2)
-    metrics.update(
-        aux_layer_ids_canonical=AUX_IDS,
-        ttt_steps=3,
-        target_train_seconds=round(t_target, 1),
-        draft_train_seconds=round(t_draft, 1),
-        target_steps=a.target_steps,
-        target_batch=a.target_batch,
-        target_lr=a.target_lr,
-        target_wd=a.target_wd,
-        draft_steps=a.draft_steps,
-        draft_batch=a.draft_batch,
-        draft_lr=a.draft_lr,
-        draft_wd=a.draft_wd,
-        draft_sequences=a.draft_sequences,
-        seed=a.seed,
-    )
-    for d in (ddir, bad):  # the same weights: the mis-wired copy claims what the draft reached
-        with open(os.path.join(d, "training_metrics.json"), "w") as f:
-            json.dump(metrics, f, indent=2)
-    print(json.dumps(metrics))
+    for name in a.drafts:
+        ids = DRAFTS[name][0]
+        t1 = time.time()
+        data = build_draft_data(target, a.draft_sequences, prompt_len, seq_len, a.seed + 7, ids)
+        dcfg.eagle_config = {"eagle_aux_hidden_state_layer_ids": list(ids), "use_aux_hidden_state": True}
+        draft, metrics = train_draft(
+            target,
+            dcfg,
+            data,
+            a.draft_steps,
+            a.draft_batch,
+            a.seed,
+            prompt_len,
+            lr=a.draft_lr,
+            weight_decay=a.draft_wd,
+        )
+        metrics.update(
+            aux_layer_ids_canonical=list(ids),
+            ttt_steps=3,
+            target_train_seconds=t_target,
+            draft_train_seconds=round(time.time() - t1, 1),
+            target_steps=a.target_steps,
+            target_batch=a.target_batch,
+            target_lr=a.target_lr,
+            target_wd=a.target_wd,
+            draft_steps=a.draft_steps,
+            draft_batch=a.draft_batch,
+            draft_lr=a.draft_lr,
+            draft_wd=a.draft_wd,
+            draft_sequences=a.draft_sequences,
+            seed=a.seed,
+        )
+        save_draft(a.out, name, draft, dcfg, metrics)
+        print(json.dumps({"draft": name, **metrics}))
     return 0
 
 

@@ -1,0 +1,172 @@
+"""``eagle3-top toy export --out DIR``: the built-in target and every bundled draft as directories
+that SGLang and Hugging Face load, and the built-in workload with the engine's own answers.
+
+    DIR/target/                   config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+                                  generation_config.json
+    DIR/<draft>/                  config.json, model.safetensors, training_metrics.json (one per draft)
+    DIR/workload.json             the prompts and the built-in engine's greedy continuations
+
+Weights are written with safetensors (no pickle) in the dtype they are bundled in (fp16). Every
+config states its stop token: the built-in language has no end token, and a config without
+``eos_token_id`` gets transformers' default, 2, which is the language's separator ``|``, so a server
+would stop at the first one. The stop token named is ``<unk>`` (id 8), which the language never uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+import torch
+
+from .paths import target_dir, weights_dir
+from .train import DRAFTS, greedy_generate
+from .workload import BOS, make_prompts
+
+STOP_TOKEN_ID = 8  # <unk>: never in the language, so generation runs to max_new_tokens
+DEFAULT_PROMPTS = 64
+DEFAULT_NEW_TOKENS = 96
+PROMPT_LEN = 48
+
+
+def bundled_drafts() -> list[str]:
+    """Every bundled draft directory's name: each draft and its mis-wired copy."""
+    return [name for good, (_, bad) in DRAFTS.items() for name in (good, bad)]
+
+
+def _config(path: str) -> dict[str, Any]:
+    with open(os.path.join(path, "config.json")) as f:
+        cfg: dict[str, Any] = json.load(f)
+    cfg.update(bos_token_id=BOS, eos_token_id=STOP_TOKEN_ID, pad_token_id=STOP_TOKEN_ID)
+    return cfg
+
+
+def _write_json(path: str, obj: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def _write_model(src: str, dst: str, config: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    os.makedirs(dst)
+    sd = torch.load(os.path.join(src, "model.pt"), weights_only=True)
+    save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(dst, "model.safetensors"))
+    _write_json(os.path.join(dst, "config.json"), config)
+
+
+def export_target(out: str) -> str:
+    dst = os.path.join(out, "target")
+    src = target_dir()
+    _write_model(src, dst, _config(src))
+    shutil.copyfile(os.path.join(src, "tokenizer.json"), os.path.join(dst, "tokenizer.json"))
+    _write_json(
+        os.path.join(dst, "tokenizer_config.json"),
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<bos>",
+            "eos_token": "<unk>",
+            "unk_token": "<unk>",
+            "pad_token": "<unk>",
+            "add_bos_token": False,  # the workload's prompts carry their own <bos>
+            "model_max_length": 512,
+        },
+    )
+    _write_json(
+        os.path.join(dst, "generation_config.json"),
+        {
+            "bos_token_id": BOS,
+            "eos_token_id": STOP_TOKEN_ID,
+            "pad_token_id": STOP_TOKEN_ID,
+            "do_sample": False,
+        },
+    )
+    return dst
+
+
+def export_draft(out: str, name: str) -> str:
+    src, dst = os.path.join(weights_dir(), name), os.path.join(out, name)
+    _write_model(src, dst, _config(src))
+    shutil.copyfile(os.path.join(src, "training_metrics.json"), os.path.join(dst, "training_metrics.json"))
+    return dst
+
+
+def workload(prompts: int, new_tokens: int) -> dict[str, Any]:
+    """The built-in workload's first ``prompts`` prompts and the built-in engine's greedy answer to
+    each (its target in fp32, as the engine runs it)."""
+    from .gendata import load_target
+
+    target = load_target(target_dir())
+    p = make_prompts(prompts, PROMPT_LEN)
+    with torch.no_grad():
+        out = greedy_generate(target, p, new_tokens)[:, PROMPT_LEN:]
+    return {
+        "prompt_len": PROMPT_LEN,
+        "new_tokens": new_tokens,
+        "stop_token_id": STOP_TOKEN_ID,
+        "answered_by": "the built-in engine's target, fp32, greedy, no speculation",
+        "note": "fp16/bf16 servers break near-ties differently: compare token agreement, not equality",
+        "prompts": p.tolist(),
+        "continuations": out.tolist(),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="eagle3-top toy export",
+        description="Write the built-in target and drafts as Hugging Face directories (safetensors) "
+        "that SGLang serves, with the built-in workload and the engine's answers.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory")
+    p.add_argument("--force", action="store_true", help="replace what an earlier export wrote in DIR")
+    p.add_argument("--prompts", type=int, default=DEFAULT_PROMPTS, help=f"default {DEFAULT_PROMPTS}")
+    p.add_argument("--new-tokens", type=int, default=DEFAULT_NEW_TOKENS, help=f"default {DEFAULT_NEW_TOKENS}")
+    return p
+
+
+def launch_hint(out: str) -> str:
+    return (
+        f"python -m sglang.launch_server --model-path {out}/target "
+        f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {out}/draft-no-embed "
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 "
+        "--attention-backend triton --dtype float16"
+    )
+
+
+def main(argv: list[str]) -> int:
+    ns = build_parser().parse_args(argv)
+    prog = "eagle3-top toy export"
+    if ns.prompts < 1 or ns.new_tokens < 1:
+        print(f"{prog}: --prompts and --new-tokens must be at least 1", file=sys.stderr)
+        return 2
+    out = os.path.abspath(ns.out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        print(f"{prog}: {ns.out} exists and is not a directory", file=sys.stderr)
+        return 2
+    ours = ["target", *bundled_drafts(), "workload.json"]
+    if os.path.isdir(out) and os.listdir(out):
+        if not ns.force:
+            print(
+                f"{prog}: {ns.out} is not empty (--force replaces what an export writes there)",
+                file=sys.stderr,
+            )
+            return 2
+        for name in ours:  # only these: --force never empties a directory it did not fill
+            path = os.path.join(out, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+    os.makedirs(out, exist_ok=True)
+    written = [export_target(out)] + [export_draft(out, name) for name in bundled_drafts()]
+    _write_json(os.path.join(out, "workload.json"), workload(ns.prompts, ns.new_tokens))
+    for d in written:
+        print(d)
+    print(os.path.join(out, "workload.json"))
+    print(f"serve the healthy pair with:\n  {launch_hint(out)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,132 @@
+"""What ``eagle3-top toy export`` writes, read by SGLang's own loaders on CPU: its config reader, its
+layer-id resolution, and the real target's and draft's ``load_weights`` fed by SGLang's safetensors
+iterator. ``make test`` runs this file against SGLang 0.5.23 and 0.5.17 (the release on the H200)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch") is None:
+    pytest.skip("sglang (and torch) not installed: see .ci/requirements-sglang.txt", allow_module_level=True)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sglang_cpu  # noqa: E402
+from sglang_objects import init_dp_attention, server_args  # noqa: E402
+
+SPEC = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+
+# -- child side (runs with the stand-ins installed) --------------------------------------------------
+
+
+def _load(model: Any, directory: str) -> None:
+    from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
+
+    model.load_weights(safetensors_weights_iterator([os.path.join(directory, "model.safetensors")]))
+
+
+def _file(directory: str) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(directory, "model.safetensors"))
+
+
+def _serve(out: str, draft: str) -> dict[str, Any]:
+    """What SGLang makes of the exported target with ``draft``: the ids it reads, the layers its
+    target captures, and whether its loaders put every tensor of the files where it belongs."""
+    import torch
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.models.llama import LlamaForCausalLM
+    from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    tdir, ddir = os.path.join(out, "target"), os.path.join(out, draft)
+    sa = server_args(tdir, ddir, **SPEC)
+    sglang_cpu.publish_server_args(sa)
+    mc = ModelConfig.from_server_args(sa)
+    init_dp_attention(sa, mc)
+    aux = resolve_spec_aux_hidden_state_config(
+        server_args=sa,
+        model_config=mc,
+        spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
+        is_draft_worker=False,
+    )
+    target = LlamaForCausalLM(mc.hf_config)
+    target.set_eagle3_layers_to_capture(aux.eagle_aux_hidden_state_layer_ids)
+    _load(target, tdir)
+    dmc = ModelConfig.from_server_args(sa, model_path=ddir, is_draft_model=True)
+    draft_model = LlamaForCausalLMEagle3(dmc.hf_config)
+    _load(draft_model, ddir)
+
+    t, d = _file(tdir), _file(ddir)
+    tp = dict(target.named_parameters())
+    dp = dict(draft_model.named_parameters())
+    q, k, v = (t[f"model.layers.3.self_attn.{p}_proj.weight"] for p in "qkv")
+    same = {
+        "embed": torch.equal(tp["model.embed_tokens.weight"].float(), t["model.embed_tokens.weight"].float()),
+        "qkv": torch.equal(
+            tp["model.layers.3.self_attn.qkv_proj.weight"].float(), torch.cat([q, k, v]).float()
+        ),
+        "gate_up": torch.equal(
+            tp["model.layers.7.mlp.gate_up_proj.weight"].float(),
+            torch.cat(
+                [t["model.layers.7.mlp.gate_proj.weight"], t["model.layers.7.mlp.up_proj.weight"]]
+            ).float(),
+        ),
+        "lm_head": torch.equal(tp["lm_head.weight"].float(), t["lm_head.weight"].float()),
+        "draft_fc": torch.equal(dp["model.fc.weight"].float(), d["model.fc.weight"].float()),
+        "draft_lm_head": torch.equal(dp["lm_head.weight"].float(), d["lm_head.weight"].float()),
+        "hot_token_id": torch.equal(draft_model.hot_token_id, d["d2t"] + torch.arange(d["d2t"].shape[0])),
+    }
+    return {
+        "ids": aux.eagle_aux_hidden_state_layer_ids,
+        "capture": sorted(target.model.layers_to_capture),
+        "eos": [mc.hf_config.eos_token_id, dmc.hf_config.eos_token_id],
+        "draft_fc_in": int(dp["model.fc.weight"].shape[1]),
+        "same": same,
+    }
+
+
+def child_export() -> dict[str, Any]:
+    sglang_cpu.init_process_group()
+    out = os.environ["E3T_EXPORT_DIR"]
+    return {name: _serve(out, name) for name in ("draft-no-embed", "draft-no-embed-ids-not-read", "draft")}
+
+
+# -- test side ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("export") / "pair"
+    r = subprocess.run(
+        [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "export", "--out", str(out), "--prompts", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return sglang_cpu.run_child("test_sglang_export", "child_export", env={"E3T_EXPORT_DIR": str(out)})
+
+
+def test_sglang_loads_every_tensor_where_it_belongs(served: dict[str, Any]) -> None:
+    for name, got in served.items():
+        assert got["same"] == dict.fromkeys(got["same"], True), name
+        assert got["eos"] == [8, 8], name  # stated, not transformers' default 2 (the separator)
+        assert got["draft_fc_in"] == 3 * 128
+
+
+def test_sglang_reads_the_healthy_drafts_layers_and_misses_the_mis_wired_ones(served: dict[str, Any]) -> None:
+    # canonical k = output of block k; SGLang captures at the input of layer k + 1
+    assert (served["draft-no-embed"]["ids"], served["draft-no-embed"]["capture"]) == ([0, 2, 5], [1, 3, 6])
+    assert served["draft"]["ids"] == [-1, 2, 5] and served["draft"]["capture"] == [0, 3, 6]
+    # ids at the config's top level: SGLang falls back to its default, layers [2, 4, 5] of 8
+    assert served["draft-no-embed-ids-not-read"]["capture"] == [2, 4, 5]

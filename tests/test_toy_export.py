@@ -1,0 +1,110 @@
+"""``eagle3-top toy export``: the built-in pair as Hugging Face directories. Run through the real
+command; read back with safetensors and Hugging Face transformers, whose own Llama must compute what
+the built-in engine computes (SGLang's loaders read them in test_sglang_export.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("the built-in engine needs torch", allow_module_level=True)
+
+import torch
+
+CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
+DRAFTS = ["draft", "draft-ids-not-read", "draft-no-embed", "draft-no-embed-ids-not-read"]
+STOP = 8  # <unk>
+
+
+def export(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "toy", "export", "--out", str(out), *extra], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "pair"
+    r = export(out, "--prompts", "4", "--new-tokens", "12")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def config(path: Path) -> dict[str, Any]:
+    cfg: dict[str, Any] = json.loads((path / "config.json").read_text())
+    return cfg
+
+
+def test_every_directory_states_its_stop_token_and_holds_no_pickle(exported: Path) -> None:
+    from safetensors import safe_open
+
+    for name in ["target", *DRAFTS]:
+        d = exported / name
+        assert sorted(p.name for p in d.iterdir() if p.suffix in (".pt", ".bin", ".pth")) == []
+        cfg = config(d)
+        # transformers' default would be 2, the language's separator: a server would stop there
+        assert (cfg["eos_token_id"], cfg["bos_token_id"]) == (STOP, 0), name
+        with safe_open(str(d / "model.safetensors"), framework="pt") as f:
+            keys = set(f.keys())
+            assert all(f.get_tensor(k).dtype in (torch.float16, torch.int64) for k in keys)
+        if name == "target":
+            assert "model.embed_tokens.weight" in keys and len(keys) == 75
+        else:
+            assert {"d2t", "model.fc.weight", "lm_head.weight"} <= keys
+            assert json.loads((d / "training_metrics.json").read_text())["simulated_accept_length"] > 3.5
+
+
+def test_the_drafts_name_their_layers_where_sglang_reads_them_or_not(exported: Path) -> None:
+    nested = {
+        n: config(exported / n).get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids")
+        for n in DRAFTS
+    }
+    assert nested == {
+        "draft": [-1, 2, 5],
+        "draft-ids-not-read": None,
+        "draft-no-embed": [0, 2, 5],  # no embedding slot, and apart from SGLang's default [1, 3, 4]
+        "draft-no-embed-ids-not-read": None,
+    }
+    assert config(exported / "draft-no-embed-ids-not-read")["eagle_aux_hidden_state_layer_ids"] == [0, 2, 5]
+
+
+def test_transformers_computes_what_the_built_in_engine_computes(exported: Path) -> None:
+    from eagle3_top.hooks.toy.gendata import load_target
+    from eagle3_top.hooks.toy.paths import target_dir
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    work = json.loads((exported / "workload.json").read_text())
+    prompts = torch.tensor(work["prompts"])
+    assert prompts.shape == (4, 48) and (prompts[:, 0] == 0).all()
+    hf = AutoModelForCausalLM.from_pretrained(str(exported / "target"), dtype=torch.float32).eval()
+    ours = load_target(target_dir())
+    with torch.no_grad():
+        want, _ = ours(prompts)
+        got = hf(prompts).logits
+        assert torch.allclose(got, want, atol=2e-4, rtol=0), (got - want).abs().max()
+        # its own greedy decoding gives the continuations the export wrote down for a client
+        gen = hf.generate(prompts, max_new_tokens=12, do_sample=False, eos_token_id=STOP, pad_token_id=STOP)
+    assert gen[:, 48:].tolist() == work["continuations"]
+    assert work["stop_token_id"] == STOP and work["new_tokens"] == 12
+    tok = AutoTokenizer.from_pretrained(str(exported / "target"))
+    assert tok.eos_token_id == STOP and tok.decode([0, 1, 2]) == "<bos> copy |"
+
+
+def test_a_directory_in_use_is_refused_in_one_line_and_force_keeps_what_is_not_ours(tmp_path: Path) -> None:
+    out = tmp_path / "pair"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    r = export(out, "--prompts", "1", "--new-tokens", "1")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not empty" in r.stderr
+    assert os.listdir(out) == ["notes.txt"]
+    r = export(out, "--prompts", "1", "--new-tokens", "1", "--force")
+    assert r.returncode == 0, r.stderr
+    assert (out / "notes.txt").read_text() == "mine" and (out / "target" / "model.safetensors").exists()
