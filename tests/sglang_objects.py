@@ -102,10 +102,10 @@ def init_dp_attention(sa: Any, mc: Any) -> None:
         initialize_dp_attention(sa, mc)
 
 
-def build(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any]:
-    """SGLang's real id reading, target (with real set_eagle3_layers_to_capture) and draft:
-    ``(aux config, target model, draft runner, target runner)``."""
-    import torch
+def sglang_models(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any, Any]:
+    """SGLang's real id reading and its real target (capture list set as SGLang sets it) and draft,
+    built from their configs, weights as initialised: ``(aux config, target, draft, target model
+    config, draft model config)``."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
         resolve_spec_aux_hidden_state_config,
@@ -127,7 +127,16 @@ def build(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any]:
     if aux_cfg.eagle_use_aux_hidden_state:
         target.set_eagle3_layers_to_capture(aux_cfg.eagle_aux_hidden_state_layer_ids)
     dmc = ModelConfig.from_server_args(sa, model_path=ddir, is_draft_model=True)
-    draft = LlamaForCausalLMEagle3(dmc.hf_config)
+    return aux_cfg, target, LlamaForCausalLMEagle3(dmc.hf_config), mc, dmc
+
+
+def build(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any]:
+    """SGLang's real id reading, target (with real set_eagle3_layers_to_capture) and draft:
+    ``(aux config, target model, draft runner, target runner)``."""
+    import torch
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    aux_cfg, target, draft, _, dmc = sglang_models(sa, ddir, rank)
     # the draft's own weight loader turns d2t into hot_token_id
     d2t = torch.arange(DRAFT_VOCAB, dtype=torch.int64) * 3  # draft id i -> target id 4i
     draft.load_weights([("d2t", d2t)])

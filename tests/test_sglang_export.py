@@ -17,7 +17,7 @@ if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_cpu  # noqa: E402
-from sglang_objects import init_dp_attention, server_args  # noqa: E402
+from sglang_objects import server_args, sglang_models  # noqa: E402
 
 SPEC = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 
@@ -40,30 +40,10 @@ def _serve(out: str, draft: str) -> dict[str, Any]:
     """What SGLang makes of the exported target with ``draft``: the ids it reads, the layers its
     target captures, and whether its loaders put every tensor of the files where it belongs."""
     import torch
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-        resolve_spec_aux_hidden_state_config,
-    )
-    from sglang.srt.models.llama import LlamaForCausalLM
-    from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     tdir, ddir = os.path.join(out, "target"), os.path.join(out, draft)
-    sa = server_args(tdir, ddir, **SPEC)
-    sglang_cpu.publish_server_args(sa)
-    mc = ModelConfig.from_server_args(sa)
-    init_dp_attention(sa, mc)
-    aux = resolve_spec_aux_hidden_state_config(
-        server_args=sa,
-        model_config=mc,
-        spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
-        is_draft_worker=False,
-    )
-    target = LlamaForCausalLM(mc.hf_config)
-    target.set_eagle3_layers_to_capture(aux.eagle_aux_hidden_state_layer_ids)
+    aux, target, draft_model, mc, dmc = sglang_models(server_args(tdir, ddir, **SPEC), ddir)
     _load(target, tdir)
-    dmc = ModelConfig.from_server_args(sa, model_path=ddir, is_draft_model=True)
-    draft_model = LlamaForCausalLMEagle3(dmc.hf_config)
     _load(draft_model, ddir)
 
     t, d = _file(tdir), _file(ddir)
