@@ -100,11 +100,10 @@ def test_motivating_bug_fails_within_50_steps(manifest, engines) -> None:
     rc, findings, err = check(e.endpoint, manifest, "--steps", "50")
     assert rc == 1, err
     codes = {f["code"] for f in findings}
-    assert {"LAYER_IDS_NOT_READ", "LAYER_MAP_MISMATCH", "AUX_STATS_DRIFT"} <= codes
-    assert codes <= {
+    assert {"LAYER_IDS_NOT_READ", "LAYER_MAP_MISMATCH"} <= codes
+    assert codes <= {  # no AUX_STATS_DRIFT: the slots drift because their layers are wrong
         "LAYER_IDS_NOT_READ",
         "LAYER_MAP_MISMATCH",
-        "AUX_STATS_DRIFT",
         "ACCEPTANCE_BELOW_TRAINING",
         "ACCEPT_LENGTH_FAR_BELOW_EXPECTED",
     }

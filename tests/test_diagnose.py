@@ -132,10 +132,11 @@ def test_motivating_bug_names_layers_and_fix() -> None:
     )
     ev = _evidence(hello, rms=[4.0, 10.0, 15.0], accepted_p=(0.3, 0.5, 0.5))
     found = diagnose(ev, _manifest())
+    # one cause, one finding: the slots differ from training because they hold other layers, which
+    # LAYER_MAP_MISMATCH names; AUX_STATS_DRIFT is kept for a slot whose layer is right
     assert codes(found) == {
         "LAYER_IDS_NOT_READ",
         "LAYER_MAP_MISMATCH",
-        "AUX_STATS_DRIFT",
         "ACCEPTANCE_BELOW_TRAINING",
         "ACCEPT_LENGTH_FAR_BELOW_EXPECTED",  # the gate's error: less than half training's gain
     }
@@ -254,3 +255,113 @@ def test_direction_of_an_incoherent_slot_is_not_judged() -> None:
     m = _manifest(reference={"fingerprint": {"rms": REF_RMS, "mean": [0.0, 0.1, 0.2], "sketch": coherent}})
     assert diagnose(_evidence(HEALTHY_HELLO, sketch=coherent), m) == []
     assert codes(diagnose(_evidence(HEALTHY_HELLO, sketch=turned), m)) == {"AUX_STATS_DRIFT"}
+
+
+def _served_by(version: str, arch: str, hello: dict = HEALTHY_HELLO) -> dict:
+    h = copy.deepcopy(hello)
+    h["engine"] = {"name": "sglang", "version": version}
+    h["model"]["arch"] = arch
+    return h
+
+
+@pytest.mark.parametrize(
+    ("version", "arch", "key"),
+    [
+        ("0.5.17", "LlamaForCausalLM", "llama-embedding-slot-crash"),
+        ("0.5.21.post1", "LlamaForCausalLM", "llama-embedding-slot-crash"),
+        ("0.5.22", "LlamaForCausalLM", None),
+        ("0.5.17", "Qwen2ForCausalLM", "qwen2-embedding-slot-aliased"),
+        ("0.5.20", "Qwen2ForCausalLM", "qwen2-embedding-slot-aliased"),
+        ("0.5.21", "Qwen2ForCausalLM", None),
+    ],
+)
+def test_a_known_defect_of_the_serving_release_is_named_before_it_bites(
+    version: str, arch: str, key: str | None
+) -> None:
+    """From the hello alone, with or without a manifest: the release, the target and the embedding
+    slot in the served layers."""
+    for manifest in (_manifest(), None):
+        found = [
+            f
+            for f in diagnose(_evidence(_served_by(version, arch)), manifest)
+            if f.code == "ENGINE_KNOWN_DEFECT"
+        ]
+        if key is None:
+            assert found == []
+            continue
+        (f,) = found
+        assert f.severity == "error" and f.evidence["defect"] == key
+        fixed = "0.5.22" if arch.startswith("Llama") else "0.5.21"
+        assert f"SGLang {version} with a {arch} target" in f.message and f"fixed in {fixed}" in f.message
+        # the way out: the release that fixes it, or training on layers that avoid the slot
+        assert (
+            f.fix
+            == f"upgrade SGLang to {fixed} or later, or retrain the draft on layers that avoid it (e.g. [0, 2, 5] instead of [-1, 2, 5])"
+        )
+
+
+def test_a_draft_without_the_embedding_slot_meets_no_known_defect() -> None:
+    hello = _served_by("0.5.17", "LlamaForCausalLM")
+    hello["aux"].update(
+        ids_read=[0, 2, 5], declared_ids=[0, 2, 5], capture_native=[1, 3, 6], capture_canonical=[0, 2, 5]
+    )
+    assert "ENGINE_KNOWN_DEFECT" not in codes(diagnose(_evidence(hello), None))
+    other = copy.deepcopy(HEALTHY_HELLO)
+    other["engine"] = {"name": "vllm", "version": "0.5.17"}
+    assert "ENGINE_KNOWN_DEFECT" not in codes(diagnose(_evidence(other), None))
+
+
+def test_right_layers_with_wrong_values_say_so_and_name_the_release_defect() -> None:
+    """The aliased embedding slot: the layer map matches training, slot 0 carries a late residual
+    stream (rms 40 vs 0.06). The finding must not tell the user to set ids the config already has."""
+    aliased = [40.0, REF_RMS[1], REF_RMS[2]]
+    found = diagnose(_evidence(_served_by("0.5.17", "Qwen2ForCausalLM"), rms=aliased), _manifest())
+    drift = next(f for f in found if f.code == "AUX_STATS_DRIFT")
+    assert drift.message.startswith("the layer map is right but the values are not: slot 0 (layer -1) rms 40")
+    assert "embedding tensor itself" in drift.message and "eagle_config" not in drift.fix
+    assert drift.fix.startswith(
+        "upgrade SGLang to 0.5.21 or later, or retrain the draft on layers that avoid it"
+    )
+    assert [s["slot"] for s in drift.evidence["slots"]] == [0]
+    assert not {"LAYER_MAP_MISMATCH", "LAYER_IDS_NOT_READ", "LAYER_ORDER_MISMATCH"} & codes(found)
+    # on a release without that defect the same values point at the checkpoint, not at the ids
+    found = diagnose(_evidence(_served_by("0.5.23", "Qwen2ForCausalLM"), rms=aliased), _manifest())
+    drift = next(f for f in found if f.code == "AUX_STATS_DRIFT")
+    assert "layer ids are right" in drift.fix and "eagle_config" not in drift.fix
+
+
+def test_a_probe_of_right_layers_with_wrong_values_names_the_slot_not_the_ids() -> None:
+    from eagle3_top.tracer.analysis.diagnose import ProbeEvidence, judge_probe
+    from eagle3_top.tracer.schema import Hello
+
+    hello = Hello.from_body(_served_by("0.5.17", "Qwen2ForCausalLM"))
+    matrix = np.array([[0.2, 0.1, 0.93], [0.0, 1.0, 0.1], [0.1, 0.2, 1.0]])  # slot 0 looks like block 5
+    pe = ProbeEvidence(
+        source="h:1:r0", comparisons=[], matrix=matrix, mapping=[None, 1, 2],
+        mapping_text="slot 0 (layer -1) matches no trained slot; slots 1, 2 match",
+        aux_ok=False, trained_layers=[-1, 2, 5], served_layers=[-1, 2, 5],
+        probe_accept=1.11, live_accept=1.1, num_draft_tokens=4, hello=hello,
+    )  # fmt: skip
+    verdict, f = judge_probe(pe, _manifest())
+    assert f.code == "PROBE_MISMATCH" and f.severity == "error"
+    assert "the right layers are captured" in verdict
+    assert f.message.startswith(
+        "the layer map is right (served = trained = [-1, 2, 5]) but slot 0 (layer -1)"
+    )
+    assert "SGLang 0.5.17 with a Qwen2ForCausalLM target" in f.message
+    assert "eagle_config" not in f.fix and f.fix.startswith("upgrade SGLang to 0.5.21")
+    assert f.evidence["wrong_slots"] == [0] and f.evidence["defects"] == ["qwen2-embedding-slot-aliased"]
+
+
+def test_ids_the_server_does_not_read_are_an_error_even_without_a_manifest() -> None:
+    """The draft's own config says [-1, 2, 5]; the server captures its default [1, 3, 4]."""
+    hello = copy.deepcopy(HEALTHY_HELLO)
+    hello["aux"].update(
+        ids_read=None, ids_location="top_level", capture_native=[2, 4, 5], capture_canonical=[1, 3, 4]
+    )
+    (f,) = [f for f in diagnose(_evidence(hello), None) if f.code == "LAYER_IDS_NOT_READ"]
+    assert f.severity == "error"
+    # no ids anywhere: the draft may well have been trained on the defaults, so only a warning
+    hello["aux"].update(declared_ids=None, ids_location="missing")
+    (f,) = [f for f in diagnose(_evidence(hello), None) if f.code == "LAYER_IDS_NOT_READ"]
+    assert f.severity == "warning"

@@ -10,6 +10,7 @@ from .commands.args import COMMANDS
 USAGE = """\
 eagle3-top [--manifest M] [ENDPOINT ...]   live monitor (default tcp://127.0.0.1:5557)
 eagle3-top check ENDPOINT --manifest M     headless verdict for a deploy pipeline (exit 0/1/2/3)
+eagle3-top preflight --model-path T --speculative-draft-model-path D [--manifest M]   predict a server's wiring, no GPU
 eagle3-top manifest build|show ...         the training manifest
 eagle3-top probe --server URL --endpoint E --manifest M   replay training samples, compare aux rows
 eagle3-top toy [...]                       run the built-in EAGLE-3 engine and publish its trace

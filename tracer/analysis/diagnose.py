@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from eagle3_top.tracer.layers import default_native
 from eagle3_top.tracer.schema import AuxWiring, Hello, VocabSummary
+from eagle3_top.tracer.sglang_releases import KnownDefect, known_defects
 
 from .evidence import SourceEvidence
 from .findings import ERROR, INFO, WARNING, Finding
@@ -57,6 +58,7 @@ def diagnose(
     if hello.algorithm != "EAGLE":
         _ids_not_read(hello, aux, manifest, add)
         _width(hello, aux, add)
+        _release_defects(hello, aux, manifest, add)
     if manifest is not None:
         _against_manifest(ev, hello, aux, manifest, add, th)
     _accept_length(ev, hello, manifest, add, th)
@@ -167,17 +169,44 @@ def _ids_not_read(hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: 
     n = hello.model.num_layers
     default = default_native(n) if n is not None else None
     harmless = manifest is not None and aux.capture_canonical == manifest.concat_order
+    # Without a manifest the draft's own config is the evidence: ids it declares at the top level
+    # that differ from what the server captures instead are a mis-wiring, not a guess.
+    contradicted = (
+        manifest is None
+        and aux.declared_ids is not None
+        and aux.capture_canonical is not None
+        and sorted(set(aux.declared_ids)) != sorted(set(aux.capture_canonical))
+    )
     detail = (
         f"ids {_fmt(aux.declared_ids)} found at the config's top level, where SGLang does not read them"
         if aux.ids_location == "top_level" and aux.declared_ids is not None
         else "the draft config has no eagle_config.eagle_aux_hidden_state_layer_ids"
     )
     add(
-        "LAYER_IDS_NOT_READ", INFO if harmless else (ERROR if manifest is not None else WARNING),
+        "LAYER_IDS_NOT_READ", INFO if harmless else (ERROR if manifest is not None or contradicted else WARNING),
         f"server fell back to its default capture layers {_fmt(default)} (native): {detail}",
         "nest eagle_aux_hidden_state_layer_ids under eagle_config in the draft's config.json",
         served_native=aux.capture_native, declared_ids=aux.declared_ids, ids_location=aux.ids_location,
     )  # fmt: skip
+
+
+def served_defects(hello: Hello | None) -> list[KnownDefect]:
+    """The known defects of the serving release that its target and served layers run into."""
+    if hello is None or hello.aux is None:
+        return []
+    return known_defects(hello.engine, hello.engine_version, hello.model.arch, hello.aux.capture_canonical)
+
+
+def _release_defects(hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: Add) -> None:
+    trained = manifest.concat_order if manifest is not None else aux.capture_canonical
+    for d in served_defects(hello):
+        add(
+            "ENGINE_KNOWN_DEFECT", ERROR,
+            d.describe(hello.engine_version, hello.model.arch),
+            d.fix(trained),
+            defect=d.key, releases=d.releases, fixed_in=d.fixed_in, layer=d.layer, symptom=d.symptom,
+            evidence=d.evidence,
+        )  # fmt: skip
 
 
 def _width(hello: Hello, aux: AuxWiring, add: Add) -> None:
@@ -249,20 +278,36 @@ def _against_manifest(
 
 def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add, th: Thresholds) -> None:
     live = ev.aux_merged.merged()
-    bad = [r for r in layer_map(hello, live, manifest, th.rms_ratio_limit) if r.stats_ok is False]
+    rows = layer_map(hello, live, manifest, th.rms_ratio_limit)
+    # One cause, one finding: a slot fed another layer than training's differs from training as a
+    # consequence, and the layer findings name that. Drift is the finding for a slot whose layer is
+    # the trained one but whose values are not.
+    bad = [r for r in rows if r.stats_ok is False and r.layer_ok]
     if not bad:
         return
     desc = "; ".join(
-        f"slot {r.slot} (trained layer {r.trained}) rms {r.rms_live:.3g} vs {r.rms_trained:.3g}, cos {r.cosine:.2f}"
+        f"slot {r.slot} (layer {r.trained}) rms {r.rms_live:.3g} vs {r.rms_trained:.3g}, cos {r.cosine:.2f}"
         if r.cosine is not None
-        else f"slot {r.slot} rms {r.rms_live:.3g} vs {r.rms_trained:.3g}"
+        else f"slot {r.slot} (layer {r.trained}) rms {r.rms_live:.3g} vs {r.rms_trained:.3g}"
         for r in bad
+    )
+    defects = [d for d in served_defects(hello) if any(r.trained == d.layer for r in bad)]
+    cause = (
+        "; " + "; ".join(d.describe(hello.engine_version, hello.model.arch) for d in defects)
+        if defects
+        else ""
+    )
+    fix = (
+        defects[0].fix(manifest.concat_order)
+        if defects
+        else "the layer ids are right, so look at what fills them: serve the trained target checkpoint "
+        "(same weights, dtype, quantisation), and check that nothing changes the captured tensors after capture"
     )
     add(
         "AUX_STATS_DRIFT", ERROR,
-        f"live aux states differ from training: {desc}",
-        "check that the server captures the trained layers of the trained target (same weights, dtype, quantisation)",
-        slots=[asdict(r) for r in bad], rows=ev.aux_merged.rows,
+        f"the layer map is right but the values are not: {desc}{cause}",
+        fix,
+        slots=[asdict(r) for r in bad], rows=ev.aux_merged.rows, defects=[d.key for d in defects],
     )  # fmt: skip
 
 
@@ -334,6 +379,36 @@ class ProbeEvidence:
     probe_accept: float | None  # accept length on the training continuations
     live_accept: float | None  # accept length of other traffic meanwhile
     num_draft_tokens: int | None  # the server's effective verify width
+    hello: Hello | None = None  # the server's, for its release's known defects
+
+
+def _values_not_layers(
+    pe: ProbeEvidence, manifest: Manifest | None, accept_txt: str, evid: dict[str, Any]
+) -> tuple[str, Finding]:
+    """The server captures the trained layers, in the trained order, yet some slots hold other
+    values: setting the ids again would change nothing, so the finding says what does."""
+    wrong = [i for i, m in enumerate(pe.mapping) if m != i]
+    layers = [pe.trained_layers[i] for i in wrong if i < len(pe.trained_layers)]
+    hello = pe.hello
+    defects = [d for d in served_defects(hello) if d.layer in layers]
+    cause = "".join(
+        "; " + d.describe(hello.engine_version if hello else None, hello.model.arch if hello else None)
+        for d in defects
+    )
+    fix = (
+        defects[0].fix(pe.trained_layers)
+        if defects
+        else "the layer ids are right, so look at what fills them: serve the trained target checkpoint "
+        "(same weights, dtype, quantisation), and check that nothing changes the captured tensors after capture"
+    )
+    slots = ", ".join(f"slot {i} (layer {pe.trained_layers[i]})" for i in wrong if i < len(pe.trained_layers))
+    evid = {**evid, "wrong_slots": wrong, "defects": [d.key for d in defects]}
+    return "wiring: the right layers are captured, but some slots hold other values", Finding(
+        "PROBE_MISMATCH", ERROR,
+        f"the layer map is right (served = trained = {_fmt(pe.trained_layers)}) but {slots or 'some slots'} "
+        f"match no trained slot: {pe.mapping_text}{cause}; {accept_txt}",
+        fix, pe.source, evid,
+    )  # fmt: skip
 
 
 def low_accept_threshold(expected: float | None, num_draft_tokens: int | None) -> float:
@@ -378,6 +453,8 @@ def judge_probe(pe: ProbeEvidence, manifest: Manifest | None) -> tuple[str, Find
     }
     src = pe.source
     if not pe.aux_ok:
+        if pe.served_layers and pe.served_layers == pe.trained_layers:
+            return _values_not_layers(pe, manifest, accept_txt, evid)
         ids = (
             f"eagle_config.eagle_aux_hidden_state_layer_ids = {manifest.layer_ids}"
             if manifest

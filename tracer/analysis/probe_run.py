@@ -333,6 +333,7 @@ def _judge(
             trained_layers=trained_layers, served_layers=served_layers, probe_accept=probe_accept,
             live_accept=got.live.mean_accept_length,
             num_draft_tokens=hello.effective.num_draft_tokens if hello is not None and hello.effective else None,
+            hello=hello,
         ),
         manifest,
     )  # fmt: skip

@@ -14,6 +14,7 @@ from eagle3_top.tracer.schema import printable
 
 COMMANDS = (
     "check",
+    "preflight",
     "manifest",
     "probe",
     "toy",

@@ -1,0 +1,148 @@
+"""``eagle3-top preflight``: what an SGLang server will do with a target and an EAGLE-3 draft, from
+their config files and SGLang's rules for a release, judged as ``check`` judges a live server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, safe
+
+if TYPE_CHECKING:
+    from eagle3_top.tracer.analysis.findings import Finding
+    from eagle3_top.tracer.analysis.manifest import Manifest
+    from eagle3_top.tracer.preflight import Prediction
+
+PROG = "eagle3-top preflight"
+SOURCE = "preflight"  # the findings' source: no server yet
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Predict, from the config files and SGLang's rules, what a server will do with this "
+        "target and draft: the layer ids it reads or misses, the layers it captures and in which order, "
+        "the aux width against the draft's fc, the flags it rewrites and the release's known defects. "
+        "Exit 0 pass, 1 an error finding, 2 usage or unreadable files (as check).",
+    )
+    p.add_argument("--model-path", required=True, metavar="DIR", help="the target model directory")
+    p.add_argument(
+        "--speculative-draft-model-path",
+        "--speculative-draft-model",
+        required=True,
+        metavar="DIR",
+        help="the EAGLE-3 draft directory",
+    )
+    p.add_argument("--speculative-algorithm", default="EAGLE3", choices=("EAGLE3", "EAGLE"))
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument(
+        "--sglang-version",
+        metavar="V",
+        help="the release to predict for (default: the installed sglang's, by its package metadata)",
+    )
+    p.add_argument("--manifest", metavar="M", help="the training manifest to compare with")
+    p.add_argument("--json", action="store_true", help="the prediction and findings as one JSON object")
+    return p
+
+
+def _ids(v: list[int] | None) -> str:
+    return "none" if v is None else "[" + ", ".join(map(str, v)) + "]"
+
+
+def prediction_lines(p: Prediction, manifest: Manifest | None) -> list[str]:
+    h = p.hello
+    aux, m = h.aux, h.model
+    lines = [
+        f"SGLang {p.sglang_version or '(newest rules)'} ({p.version_source}); target {m.arch} "
+        f"({m.num_layers} layers, hidden {m.hidden_size}); draft {m.draft_path}"
+    ]
+    if aux is not None:
+        if aux.ids_read is not None:
+            read = f"ids read: {_ids(aux.ids_read)} (eagle_config)"
+        elif aux.declared_ids is not None:
+            read = f"ids read: none, {_ids(aux.declared_ids)} sit at the config's {aux.ids_location.replace('_', ' ')}: the target uses its default layers"
+        else:
+            read = "ids read: none declared: the target uses its default layers"
+        lines.append(read)
+        if aux.use_aux_hidden_state is False:
+            lines.append("captured: nothing (eagle_config.use_aux_hidden_state is false)")
+        else:
+            lines.append(
+                f"captured, in this order: native {_ids(aux.capture_native)} = canonical {_ids(aux.capture_canonical)}"
+                + (f" ({aux.capture_note})" if aux.capture_note else "")
+            )
+        lines.append(
+            f"aux width {aux.width} ({aux.slots} slots); the draft's fc expects {aux.expected_width} ({p.fc_source})"
+        )
+    req, eff = h.requested, h.effective
+    if eff is not None:
+        flags = f"flags: steps {eff.num_steps}, topk {eff.topk}, draft tokens {eff.num_draft_tokens}"
+        rewritten = "; ".join(f"{r.param} {r.old} → {r.new} ({r.reason})" for r in h.rewrites)
+        lines.append(flags + (f"; rewritten: {rewritten}" if rewritten else "; none rewritten"))
+    if req is not None and req.algorithm != (eff.algorithm if eff else None):
+        lines.append(f"algorithm: {req.algorithm} → {eff.algorithm if eff else '?'}")
+    if manifest is not None:
+        lines.append(f"manifest: trained on {_ids(manifest.concat_order)} (canonical, concatenation order)")
+    lines.extend(f"note: {n}" for n in p.notes)
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    ns = parse(build_parser(), argv)
+    if isinstance(ns, int):
+        return ns
+    from eagle3_top.tracer.analysis.diagnose import diagnose
+    from eagle3_top.tracer.analysis.evidence import EvidenceBook
+    from eagle3_top.tracer.analysis.findings import has_errors
+    from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
+    from eagle3_top.tracer.preflight import PreflightError, predict
+    from eagle3_top.tracer.schema import HELLO, Event
+    from eagle3_top.tracer.sglang_spec import SpecArgs
+
+    try:
+        manifest = load_manifest(ns.manifest) if ns.manifest else None
+        p = predict(
+            ns.model_path,
+            ns.speculative_draft_model_path,
+            SpecArgs(
+                ns.speculative_algorithm,
+                ns.speculative_num_steps,
+                ns.speculative_eagle_topk,
+                ns.speculative_num_draft_tokens,
+            ),
+            ns.sglang_version,
+        )
+    except (ManifestError, PreflightError) as exc:
+        return fail(PROG, str(exc))
+    book = EvidenceBook(manifest=manifest)
+    book.ingest([Event(HELLO, SOURCE, 0, 0.0, p.hello.to_body())], 0.0)
+    findings: list[Finding] = diagnose(book.sources[SOURCE], manifest)
+    code = EXIT_FINDINGS if has_errors(findings) else EXIT_OK
+    if ns.json:
+        print(
+            json.dumps(
+                {
+                    "verdict": "fail" if code else "pass",
+                    "exit_code": code,
+                    "sglang_version": p.sglang_version,
+                    "version_source": p.version_source,
+                    "fc_source": p.fc_source,
+                    "notes": list(p.notes),
+                    "hello": p.hello.to_body(),
+                    "findings": [f.to_json() for f in findings],
+                },
+                indent=1,
+            )
+        )
+        return code
+    for line in prediction_lines(p, manifest):
+        print(safe(line))
+    if findings:
+        print()
+        print_findings(findings)
+    print(f"\npreflight: {'FAIL' if code else 'pass'} ({len(findings)} finding(s))", file=sys.stdout)
+    return code
