@@ -27,7 +27,7 @@ MANIFEST = ROOT / "examples" / "demo-manifest.json"  # the bundled draft's train
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("preflight") / "pair"
-    r = subprocess.run([*CLI, "toy", "export", "--out", str(out), "--prompts", "1", "--new-tokens", "1"],
+    r = subprocess.run([*CLI, "toy", "export", "--out", str(out), "--models-only"],
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     return out

@@ -88,7 +88,7 @@ def child_export() -> dict[str, Any]:
 def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("export") / "pair"
     r = subprocess.run(
-        [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "export", "--out", str(out), "--prompts", "1"],
+        [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "export", "--out", str(out), "--models-only"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -77,7 +77,7 @@ def child_sglang() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("export") / "pair"
-    cmd = [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "export", "--out", str(out), "--prompts", "1"]
+    cmd = [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "export", "--out", str(out), "--models-only"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return str(out)

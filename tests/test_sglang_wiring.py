@@ -375,7 +375,12 @@ def test_diagnosis_on_sglang_hellos(wiring: dict[str, Any]) -> None:
     assert _findings(L["out_of_order"], [3, 0, 2]) == {"LAYER_ORDER_MISMATCH"}
     assert "AUX_WIDTH_MISMATCH" in _findings(L["duplicated"], None)
     assert "AUX_WIDTH_MISMATCH" in _findings(L["unreachable"], None)
-    assert _findings(L["minus_one"], [-1, 2, 3]) == set()
+    # the embedding slot on a Llama target: right wiring, but 0.5.17 - 0.5.21 crash at the first
+    # prefill (tests/test_sglang_releases.py reads that from this release's own model code)
+    from eagle3_top.tracer.sglang_releases import known_defects
+
+    crashes = bool(known_defects("sglang", wiring["version"], "LlamaForCausalLM", [-1]))
+    assert _findings(L["minus_one"], [-1, 2, 3]) == ({"ENGINE_KNOWN_DEFECT"} if crashes else set())
     # use_aux_hidden_state: false: SGLang captures nothing and feeds the final hidden state
     assert _findings(L["aux_off"], trained) == {"AUX_WIDTH_MISMATCH"}
     assert _findings(L["aux_off"], None) == {"AUX_WIDTH_MISMATCH"}

@@ -94,6 +94,10 @@ def test_transformers_computes_what_the_built_in_engine_computes(exported: Path)
         gen = hf.generate(prompts, max_new_tokens=12, do_sample=False, eos_token_id=STOP, pad_token_id=STOP)
     assert gen[:, 48:].tolist() == work["continuations"]
     assert work["stop_token_id"] == STOP and work["new_tokens"] == 12
+    # what a served pair must reach: the built-in engine's own accept length with each draft
+    acc = work["built_in_accept_length"]
+    assert set(acc) == set(DRAFTS) and work["built_in_spec"]["num_draft_tokens"] == 4
+    assert min(acc["draft"], acc["draft-no-embed"]) > 3.0 and acc["draft-ids-not-read"] < 1.5
     tok = AutoTokenizer.from_pretrained(str(exported / "target"))
     assert tok.eos_token_id == STOP and tok.decode([0, 1, 2]) == "<bos> copy |"
 
@@ -102,9 +106,18 @@ def test_a_directory_in_use_is_refused_in_one_line_and_force_keeps_what_is_not_o
     out = tmp_path / "pair"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    r = export(out, "--prompts", "1", "--new-tokens", "1")
+    r = export(out, "--models-only")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not empty" in r.stderr
     assert os.listdir(out) == ["notes.txt"]
-    r = export(out, "--prompts", "1", "--new-tokens", "1", "--force")
+    r = export(out, "--models-only", "--force")
     assert r.returncode == 0, r.stderr
     assert (out / "notes.txt").read_text() == "mine" and (out / "target" / "model.safetensors").exists()
+
+
+def test_each_trained_draft_comes_with_its_training_manifest(exported: Path) -> None:
+    from eagle3_top.tracer.analysis.manifest import load_manifest
+
+    for name, ids in (("draft", [-1, 2, 5]), ("draft-no-embed", [0, 2, 5])):
+        m = load_manifest(str(exported / f"{name}.manifest.json"))
+        assert m.layer_ids == ids and m.concat_order == ids and m.slot_width == 128
+        assert m.training is not None and m.training.expected_accept_length is not None

@@ -4,7 +4,10 @@ that SGLang and Hugging Face load, and the built-in workload with the engine's o
     DIR/target/                   config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
                                   generation_config.json
     DIR/<draft>/                  config.json, model.safetensors, training_metrics.json (one per draft)
-    DIR/workload.json             the prompts and the built-in engine's greedy continuations
+    DIR/<draft>.manifest.json     the training manifest of each trained draft (its mis-wired copy
+                                  was trained the same way), for check and probe against a server
+    DIR/workload.json             the prompts, the built-in engine's greedy continuations, and the
+                                  accept length the built-in engine reaches with each draft on them
 
 Weights are written with safetensors (no pickle) in the dtype they are bundled in (fp16). Every
 config states its stop token: the built-in language has no end token, and a config without
@@ -18,7 +21,9 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import torch
@@ -116,6 +121,52 @@ def workload(prompts: int, new_tokens: int) -> dict[str, Any]:
     }
 
 
+REFERENCE_SPEC = (3, 1, 4)  # steps, topk, draft tokens: the chain the served comparison uses
+CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]  # by module name: the engine imports nothing of it
+
+
+def built_in_accept_lengths(prompts: int, new_tokens: int) -> dict[str, float]:
+    """The accept length the built-in engine reaches with each bundled draft on the workload
+    (request-steps' mean, as SGLang's completion_tokens / spec_verify_ct per request averages)."""
+    from .engine import ToyEagle3Engine
+    from .spec_args import SpecArgs
+
+    steps, topk, ndt = REFERENCE_SPEC
+    out = {}
+    for name in bundled_drafts():
+        engine = ToyEagle3Engine(
+            draft_path=os.path.join(weights_dir(), name),
+            spec=SpecArgs("EAGLE3", steps, topk, ndt),
+            num_prompts=prompts,
+            max_new_tokens=new_tokens,
+            prompt_len=PROMPT_LEN,
+            batch_size=16,
+        )
+        out[name] = round(float(engine.run()["mean_accept_length"]), 4)
+    return out
+
+
+def write_manifests(out: str) -> list[str]:
+    """``DIR/<draft>.manifest.json`` for each trained draft, built as a user builds one: the real
+    ``toy gen-data`` and ``manifest build`` commands on the exported directories."""
+    written = []
+    for name, (ids, _) in DRAFTS.items():
+        ddir, path = os.path.join(out, name), os.path.join(out, f"{name}.manifest.json")
+        with tempfile.TemporaryDirectory() as tmp:
+            data = os.path.join(tmp, "hidden_states")
+            layers = "--layers=" + ",".join(map(str, ids))
+            subprocess.run([*CLI, "toy", "gen-data", "--out", data, layers, "--num-samples", "16"],
+                           check=True, capture_output=True)  # fmt: skip
+            subprocess.run(
+                [*CLI, "manifest", "build", "--draft", ddir, "--data", data, "--target-config",
+                 os.path.join(out, "target"), "--metrics", os.path.join(ddir, "training_metrics.json"),
+                 "--out", path],
+                check=True, capture_output=True,
+            )  # fmt: skip
+        written.append(path)
+    return written
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="eagle3-top toy export",
@@ -126,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace what an earlier export wrote in DIR")
     p.add_argument("--prompts", type=int, default=DEFAULT_PROMPTS, help=f"default {DEFAULT_PROMPTS}")
     p.add_argument("--new-tokens", type=int, default=DEFAULT_NEW_TOKENS, help=f"default {DEFAULT_NEW_TOKENS}")
+    p.add_argument(
+        "--models-only",
+        action="store_true",
+        help="the model directories alone: no manifests, no workload.json (a few seconds instead of ~40)",
+    )
     return p
 
 
@@ -148,7 +204,7 @@ def main(argv: list[str]) -> int:
     if os.path.exists(out) and not os.path.isdir(out):
         print(f"{prog}: {ns.out} exists and is not a directory", file=sys.stderr)
         return 2
-    ours = ["target", *bundled_drafts(), "workload.json"]
+    ours = ["target", *bundled_drafts(), "workload.json", *(f"{n}.manifest.json" for n in DRAFTS)]
     if os.path.isdir(out) and os.listdir(out):
         if not ns.force:
             print(
@@ -164,9 +220,21 @@ def main(argv: list[str]) -> int:
                 os.remove(path)
     os.makedirs(out, exist_ok=True)
     written = [export_target(out)] + [export_draft(out, name) for name in bundled_drafts()]
-    _write_json(os.path.join(out, "workload.json"), workload(ns.prompts, ns.new_tokens))
+    if not ns.models_only:
+        try:
+            written += write_manifests(out)
+        except subprocess.CalledProcessError as exc:
+            err = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+            print(f"{prog}: building a manifest failed: {err[-1] if err else exc}", file=sys.stderr)
+            return 1
+        work = workload(ns.prompts, ns.new_tokens)
+        work["built_in_accept_length"] = built_in_accept_lengths(ns.prompts, ns.new_tokens)
+        work["built_in_spec"] = dict(
+            zip(("num_steps", "topk", "num_draft_tokens"), REFERENCE_SPEC, strict=True)
+        )
+        _write_json(os.path.join(out, "workload.json"), work)
+        written.append(os.path.join(out, "workload.json"))
     for d in written:
         print(d)
-    print(os.path.join(out, "workload.json"))
     print(f"serve the healthy pair with:\n  {launch_hint(out)}", file=sys.stderr)
     return 0
