@@ -101,3 +101,30 @@ async def test_a_request_timeline_shows_each_step_and_its_drafts(churn: str) -> 
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, RequestsScreen), what="back to requests")
         assert not any(st.requests.watched for st in app.feed.book.sources.values())
+
+
+async def test_rows_handed_over_before_the_table_is_mounted_are_shown() -> None:
+    """Under load the app's refresh can reach a freshly pushed requests screen before its table's
+    on_mount: those rows must show, and stay when the next refresh brings the same requests."""
+    from eagle3_top.tui.requests_rows import RequestRow
+    from eagle3_top.tui.requests_table import RequestsTable
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static
+
+    rows = tuple(RequestRow(f"req-{i}", False, True, 10 + i, 5, 3.5, 4, 2.0, 0.0) for i in range(3))
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Static("requests")
+
+    app = Host()
+    async with app.run_test(size=(100, 12)) as pilot:
+        early = RequestsTable(id="t")
+        early.show_rows(rows)  # built and handed rows, not yet mounted
+        await app.mount(early)
+        await pilot.pause(0.1)
+        early.show_rows(rows)  # the next refresh: same rids, cells rewritten in place
+        await pilot.pause(0.1)
+        assert early.row_count == 3 and len(early.columns) == 8
+        text = screen_text(app)
+        assert all(f"req-{i}" in text for i in range(3)) and "running" in text

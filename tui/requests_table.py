@@ -54,8 +54,15 @@ class RequestsTable(DataTable):
         self._cells: list[tuple[Text | str, ...]] = []
 
     def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
+        self._ensure_columns()
+
+    def _ensure_columns(self) -> None:
+        # The screen may hand over rows before this table's on_mount ran (the app's refresh tick
+        # and the screen's mount race under load): rows added to a table without columns stayed
+        # invisible, and later refreshes of the same rids only rewrote cells that were not there.
+        if not self.columns:
+            for key, label in COLUMNS:
+                self.add_column(label, key=key)
 
     def selected_rid(self) -> str | None:
         if not self._rids or not 0 <= self.cursor_row < len(self._rids):
@@ -63,6 +70,7 @@ class RequestsTable(DataTable):
         return self._rids[self.cursor_row]
 
     def show_rows(self, rows: tuple[RequestRow, ...]) -> None:
+        self._ensure_columns()
         keep = self.selected_rid()
         rids = tuple(r.rid for r in rows)
         cells = [_cells(r) for r in rows]
