@@ -158,3 +158,28 @@ def test_closed_gone_stale_and_same_id_restarts_with_when() -> None:
     assert any(t.startswith("d:1:r0 restarted at ") and "(2x under the same id)" in t for t in text)
     # newest first
     assert [e.key for e in f.events][:2] == ["d:1:r0", "a:1:r0"]
+
+
+async def test_fleet_rows_handed_over_before_the_table_is_mounted_are_shown() -> None:
+    """A refresh can reach the fleet screen's table before its on_mount (seen under load): the rows
+    must show, and a later refresh with nothing new must not leave the table empty."""
+    from eagle3_top.tui.fleet_table import FleetTable
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static
+
+    snap = snapshot(source("h:1:r0", [[3, 3]], n=4), source("h:2:r0", [[0, 1]], n=4))
+    fleet = fleet_summary(snap)
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Static("fleet")
+
+    app = Host()
+    async with app.run_test(size=(120, 10)) as pilot:
+        table = FleetTable()
+        table.update_from(fleet, snap)  # built and handed rows, not yet mounted
+        await app.mount(table)
+        await pilot.pause(0.1)
+        table.update_from(fleet, snap)  # the next refresh: nothing changed
+        await pilot.pause(0.1)
+        assert table.row_count == 2 and {k.value for k in table.rows} == {"h:1:r0", "h:2:r0"}

@@ -38,8 +38,14 @@ class FleetTable(DataTable):
         self._shown: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def on_mount(self) -> None:
-        for label in COLUMNS:
-            self.add_column(label, key=label)
+        self._ensure_columns()
+
+    def _ensure_columns(self) -> None:
+        # rows may come before on_mount (a refresh reaching a screen just pushed): without columns
+        # add_row raised after ``_shown`` was kept, and every later refresh saw "nothing changed"
+        if not self.columns:
+            for label in COLUMNS:
+                self.add_column(label, key=label)
 
     def selected_key(self) -> str | None:
         if self.row_count == 0:
@@ -50,6 +56,7 @@ class FleetTable(DataTable):
             return None
 
     def update_from(self, fleet: FleetSummary, snap: Snapshot) -> None:
+        self._ensure_columns()
         rows = []
         for row in fleet.rows:
             s = row.source.summary
