@@ -84,7 +84,7 @@ def show_paths() -> None:
                 "draft": paths.draft_dir(),
                 "draft_ids_not_read": paths.draft_ids_not_read_dir(),
                 "draft_no_embed": paths.draft_no_embed_dir(),
-                "draft_no_embed_ids_not_read": paths.draft_no_embed_dir() + "-ids-not-read",
+                "draft_no_embed_ids_not_read": paths.draft_no_embed_ids_not_read_dir(),
             },
             indent=2,
         )

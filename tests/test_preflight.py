@@ -182,3 +182,18 @@ def test_flags_sglang_refuses_to_start_with_are_refused_in_one_line(pair: Path) 
     r = preflight(pair, "draft-no-embed", "--speculative-num-steps", "3")
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert "without --speculative-eagle-topk: SGLang fails at start-up" in r.stderr
+
+
+def test_any_falsy_use_aux_hidden_state_turns_capture_off_as_sglang_reads_it(
+    pair: Path, tmp_path: Path
+) -> None:
+    """SGLang tests the value for truth: ``0`` or ``null`` switch the aux capture off like ``false``."""
+    for value in (False, 0, None):
+        off = tmp_path / f"off-{value}"
+        shutil.copytree(pair / "draft-no-embed", off)
+        cfg = json.loads((off / "config.json").read_text())
+        cfg["eagle_config"]["use_aux_hidden_state"] = value
+        (off / "config.json").write_text(json.dumps(cfg))
+        code, out = verdict(pair, str(off), *CHAIN)
+        assert code == 1 and codes(out) == {"AUX_WIDTH_MISMATCH"}, value
+        assert out["hello"]["aux"]["capture_canonical"] == [], value

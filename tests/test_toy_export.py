@@ -77,7 +77,7 @@ def test_the_drafts_name_their_layers_where_sglang_reads_them_or_not(exported: P
 
 
 def test_transformers_computes_what_the_built_in_engine_computes(exported: Path) -> None:
-    from eagle3_top.hooks.toy.gendata import load_target
+    from eagle3_top.hooks.toy.model import load_target
     from eagle3_top.hooks.toy.paths import target_dir
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -23,7 +23,7 @@ from typing import Any
 from . import layers
 from .schema import SpecConfig
 from .schema.hello import Hello, Rewrite
-from .sglang_spec import SpecArgs, resolve_spec_args
+from .sglang_spec import SpecArgs, eagle_config_as_read, resolve_spec_args
 from .wiring import SpecReport, draft_config_as_written, draft_layer_ids, wiring_report
 
 MAX_HEADER_BYTES = 16 << 20  # safetensors' own limit is 100 MB; a draft's header is a few KiB
@@ -101,10 +101,9 @@ def draft_fc_width(draft_dir: str, dcfg: dict[str, Any], ids: list[int] | None) 
 
 
 def _sglang_ids(dcfg: dict[str, Any]) -> tuple[bool, list[int] | None]:
-    """``(use_aux_hidden_state, ids)`` as SGLang reads them: only the nested ``eagle_config`` list;
-    anything else gives None, silently."""
-    ec = dcfg.get("eagle_config")
-    use_aux = not (isinstance(ec, dict) and ec.get("use_aux_hidden_state") is False)
+    """``(use_aux_hidden_state, ids)`` as SGLang reads them (``eagle_config_as_read``), the ids
+    kept only when they are a list of integers the layer rules can place."""
+    use_aux, _ = eagle_config_as_read(dcfg)
     ids, where = draft_layer_ids(dcfg)
     return use_aux, ids if where == "eagle_config" else None
 

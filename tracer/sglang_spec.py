@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 ALGORITHMS = ("EAGLE3", "EAGLE")
 # SGLang's SpeculativeAlgorithm.NONE: the target decodes alone, one token per request per step (the
@@ -87,3 +88,20 @@ def resolve_spec_args(requested: SpecArgs, target_arch: str | None) -> tuple[Spe
     if eff.num_draft_tokens is None:
         raise ValueError("--speculative-num-draft-tokens is required when --speculative-eagle-topk > 1")
     return eff, rewrites
+
+
+def eagle_config_as_read(cfg: dict[str, Any]) -> tuple[bool, Any]:
+    """``(use_aux_hidden_state, aux layer ids or None)`` from a draft's config.json the way SGLang
+    reads it: only the nested ``eagle_config.eagle_aux_hidden_state_layer_ids``; any failure gives
+    ``None`` silently while ``use_aux_hidden_state`` stays True unless ``eagle_config`` says
+    otherwise (any falsy value turns it off, as SGLang's ``bool`` does). The ids come back as
+    written: a caller that needs integers checks them."""
+    use_aux: Any = True
+    try:
+        # arbitrary JSON: a missing/non-dict value fails below and is swallowed, as in SGLang
+        eagle_config: Any = cfg.get("eagle_config", None)
+        use_aux = eagle_config.get("use_aux_hidden_state", True)
+        ids = eagle_config["eagle_aux_hidden_state_layer_ids"]
+    except Exception:
+        ids = None
+    return bool(use_aux), ids

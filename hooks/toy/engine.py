@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .draft import ToyEagle3Config, ToyEagle3Draft
-from .model import ToyLlamaConfig, ToyLlamaForCausalLM
+from .model import load_target
 from .spec_args import NO_SPECULATION, ServerArgs, SpecArgs, read_eagle_config, resolve_spec_args
 from .workload import prompt_stream
 
@@ -102,7 +102,6 @@ class ToyEagle3Engine:
         requested = spec or SpecArgs()
         if requested.algorithm == NO_SPECULATION:  # the other flags mean nothing then (SGLang ignores them)
             requested = SpecArgs(NO_SPECULATION, None, None, None)
-        tcfg = ToyLlamaConfig.load(target_path)
         import json
 
         with open(os.path.join(target_path, "config.json")) as f:
@@ -131,10 +130,7 @@ class ToyEagle3Engine:
         self.max_steps = max_steps
 
         # target
-        self.target = ToyLlamaForCausalLM(tcfg)
-        sd = torch.load(os.path.join(target_path, "model.pt"), weights_only=True)
-        self.target.load_state_dict({k: v.float() for k, v in sd.items()})
-        self.target.eval().requires_grad_(False)
+        self.target = load_target(target_path)
         # draft
         self.draft: ToyEagle3Draft | None = None
         if draft_path is not None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .model import load_target
 from .paths import target_dir, weights_dir
 from .train import DRAFTS, greedy_generate
 from .workload import BOS, make_prompts
@@ -104,8 +105,6 @@ def export_draft(out: str, name: str) -> str:
 def workload(prompts: int, new_tokens: int) -> dict[str, Any]:
     """The built-in workload's first ``prompts`` prompts and the built-in engine's greedy answer to
     each (its target in fp32, as the engine runs it)."""
-    from .gendata import load_target
-
     target = load_target(target_dir())
     p = make_prompts(prompts, PROMPT_LEN)
     with torch.no_grad():

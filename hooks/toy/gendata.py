@@ -22,7 +22,6 @@ from typing import IO, TYPE_CHECKING, cast
 if TYPE_CHECKING:
     import torch
 
-    from .model import ToyLlamaForCausalLM
 
 GROUP = 2000  # SpecForge's --file-group-size default
 # The canonical layers the bundled draft was trained on: ``train.AUX_IDS``, spelled out because
@@ -32,17 +31,6 @@ DEFAULT_LAYERS = (-1, 2, 5)
 # option ("--layers: expected one argument").
 _NEGATIVE_LIST = re.compile(r"^-\d+(\s*,\s*-?\d+)*\s*,?$")
 LIST_OPTIONS = ("--layers",)
-
-
-def load_target(path: str) -> ToyLlamaForCausalLM:
-    import torch
-
-    from .model import ToyLlamaConfig, ToyLlamaForCausalLM
-
-    model = ToyLlamaForCausalLM(ToyLlamaConfig.load(path))
-    sd = torch.load(os.path.join(path, "model.pt"), weights_only=True)
-    model.load_state_dict({k: v.float() for k, v in sd.items()})
-    return model.eval().requires_grad_(False)
 
 
 def parse_layers(text: str) -> list[int]:
@@ -108,6 +96,8 @@ def generate(
     from .workload import make_sequences
 
     dtype = torch.bfloat16 if dtype is None else dtype
+    from .model import load_target
+
     target = load_target(target_path or target_dir())
     n_layers = target.config.num_hidden_layers
     bad = [k for k in layers if not -1 <= k < n_layers]

@@ -282,3 +282,12 @@ class ToyLlamaForCausalLM(nn.Module):
             h = layer(h, rope)
             outs.append(h)
         return outs, self.lm_head(self.model.norm(h))
+
+
+def load_target(path: str) -> ToyLlamaForCausalLM:
+    """A target directory (config.json, model.pt) as the built-in engine runs it: fp32, eval mode,
+    no gradients; the weights read with ``weights_only=True``."""
+    model = ToyLlamaForCausalLM(ToyLlamaConfig.load(path))
+    sd = torch.load(os.path.join(path, "model.pt"), weights_only=True)
+    model.load_state_dict({k: v.float() for k, v in sd.items()})
+    return model.eval().requires_grad_(False)

@@ -33,3 +33,8 @@ def draft_no_embed_dir() -> str:
     Its acceptance barely drops (3.81 -> 3.73 on the built-in workload): neighbouring blocks carry
     similar states. The collapse of ``draft-ids-not-read`` (1.17) comes from its embedding slot."""
     return os.path.join(WEIGHTS_DIR, "draft-no-embed")
+
+
+def draft_no_embed_ids_not_read_dir() -> str:
+    """``draft-no-embed``'s weights with its ids at the config's top level, where SGLang never reads them."""
+    return os.path.join(WEIGHTS_DIR, "draft-no-embed-ids-not-read")

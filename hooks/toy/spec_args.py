@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 # SGLang's flag rules live in the library: preflight predicts a server's flags by the same ones.
 from eagle3_top.tracer.sglang_spec import (  # noqa: E402
@@ -22,6 +21,7 @@ from eagle3_top.tracer.sglang_spec import (  # noqa: E402
     TOPK1_SGLANG_WARNING,
     SpecArgs,
     auto_choose_speculative_params,
+    eagle_config_as_read,
     resolve_spec_args,
 )
 
@@ -84,16 +84,8 @@ def read_eagle_config(draft_dir: str) -> tuple[bool, list[int] | None]:
     """``(use_aux_hidden_state, aux layer ids or None)`` read exactly like SGLang: only the nested
     ``eagle_config.eagle_aux_hidden_state_layer_ids``; any failure gives ``None`` silently while
     ``use_aux_hidden_state`` stays True unless ``eagle_config`` says otherwise."""
-    cfg = _load_json(draft_dir) or {}
-    use_aux = True
-    try:
-        # arbitrary JSON: a missing/non-dict value fails below and is swallowed, as in SGLang
-        eagle_config: Any = cfg.get("eagle_config", None)
-        use_aux = eagle_config.get("use_aux_hidden_state", True)
-        ids = eagle_config["eagle_aux_hidden_state_layer_ids"]
-    except Exception:
-        ids = None
-    return bool(use_aux), (list(ids) if ids is not None else None)
+    use_aux, ids = eagle_config_as_read(_load_json(draft_dir) or {})
+    return use_aux, (list(ids) if ids is not None else None)
 
 
 def read_aux_layer_ids(draft_dir: str) -> list[int] | None:

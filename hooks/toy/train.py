@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .draft import Eagle3DecoderLayer, ToyEagle3Config, ToyEagle3Draft
-from .model import ToyLlamaConfig, ToyLlamaForCausalLM
+from .model import ToyLlamaConfig, ToyLlamaForCausalLM, load_target
 from .workload import make_sequences, sequence_stream
 
 AUX_IDS = [-1, 2, 5]
@@ -317,11 +317,8 @@ def main(argv=None) -> int:
         os.makedirs(tdir, exist_ok=True)
         cfg.save(tdir)
         _save_fp16(target.state_dict(), os.path.join(tdir, "model.pt"))
-    target = ToyLlamaForCausalLM(cfg)
     # the draft trains on what the served (fp16-stored) target produces
-    target.load_state_dict(
-        {k: v.float() for k, v in torch.load(os.path.join(tdir, "model.pt"), weights_only=True).items()}
-    )
+    target = load_target(tdir)
     dcfg = ToyEagle3Config(
         hidden_size=cfg.hidden_size,
         num_attention_heads=cfg.num_attention_heads,

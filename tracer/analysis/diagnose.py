@@ -197,6 +197,25 @@ def served_defects(hello: Hello | None) -> list[KnownDefect]:
     return known_defects(hello.engine, hello.engine_version, hello.model.arch, hello.aux.capture_canonical)
 
 
+def _values_cause(
+    hello: Hello | None, layers: Sequence[int | None], trained: list[int]
+) -> tuple[list[KnownDefect], str, str]:
+    """For slots whose layer is right but whose values are not: the serving release's known defects
+    on those layers, the text that names them (appended to a message) and the fix."""
+    defects = [d for d in served_defects(hello) if d.layer in layers]
+    if hello is None or not defects:
+        return (
+            [],
+            "",
+            (
+                "the layer ids are right, so look at what fills them: serve the trained target checkpoint "
+                "(same weights, dtype, quantisation), and check that nothing changes the captured tensors after capture"
+            ),
+        )
+    cause = "".join("; " + d.describe(hello.engine_version, hello.model.arch) for d in defects)
+    return defects, cause, defects[0].fix(trained)
+
+
 def _release_defects(hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: Add) -> None:
     trained = manifest.concat_order if manifest is not None else aux.capture_canonical
     for d in served_defects(hello):
@@ -291,18 +310,7 @@ def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add, th: T
         else f"slot {r.slot} (layer {r.trained}) rms {r.rms_live:.3g} vs {r.rms_trained:.3g}"
         for r in bad
     )
-    defects = [d for d in served_defects(hello) if any(r.trained == d.layer for r in bad)]
-    cause = (
-        "; " + "; ".join(d.describe(hello.engine_version, hello.model.arch) for d in defects)
-        if defects
-        else ""
-    )
-    fix = (
-        defects[0].fix(manifest.concat_order)
-        if defects
-        else "the layer ids are right, so look at what fills them: serve the trained target checkpoint "
-        "(same weights, dtype, quantisation), and check that nothing changes the captured tensors after capture"
-    )
+    defects, cause, fix = _values_cause(hello, [r.trained for r in bad], manifest.concat_order)
     add(
         "AUX_STATS_DRIFT", ERROR,
         f"the layer map is right but the values are not: {desc}{cause}",
@@ -389,18 +397,7 @@ def _values_not_layers(
     values: setting the ids again would change nothing, so the finding says what does."""
     wrong = [i for i, m in enumerate(pe.mapping) if m != i]
     layers = [pe.trained_layers[i] for i in wrong if i < len(pe.trained_layers)]
-    hello = pe.hello
-    defects = [d for d in served_defects(hello) if d.layer in layers]
-    cause = "".join(
-        "; " + d.describe(hello.engine_version if hello else None, hello.model.arch if hello else None)
-        for d in defects
-    )
-    fix = (
-        defects[0].fix(pe.trained_layers)
-        if defects
-        else "the layer ids are right, so look at what fills them: serve the trained target checkpoint "
-        "(same weights, dtype, quantisation), and check that nothing changes the captured tensors after capture"
-    )
+    defects, cause, fix = _values_cause(pe.hello, layers, pe.trained_layers)
     slots = ", ".join(f"slot {i} (layer {pe.trained_layers[i]})" for i in wrong if i < len(pe.trained_layers))
     evid = {**evid, "wrong_slots": wrong, "defects": [d.key for d in defects]}
     return "wiring: the right layers are captured, but some slots hold other values", Finding(

@@ -10,7 +10,7 @@ import sys
 
 from .curve_args import add_curve_arguments, curve_from
 from .endpoint_args import add_endpoint_arguments, endpoints_from
-from .listen import port_or_any, public_host_error
+from .listen import port_or_any, public_host_error, resolve
 from .report import EXIT_OK, fail, parse
 from .stop_signal import StopSignal
 
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     given = endpoints_from(ns, PROG)
     if isinstance(given, int):
         return given
-    why = public_host_error(PROG, ns.host, ns.public, "/metrics")
+    why = public_host_error(PROG, ns.host, resolve(ns.host), ns.public, "/metrics")
     if why is not None:
         return fail(PROG, why)
 

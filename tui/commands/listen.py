@@ -41,11 +41,12 @@ def port_or_any(text: str) -> int:
     return _port(text, 0)
 
 
-def public_host_error(prog: str, host: str, public: bool, what: str, hint: str = "") -> str | None:
-    """Why ``--host`` must not be listened on, or None. ``what`` (``/metrics``, ``the browser
-    view``) has no authentication, so a host others can reach needs ``--public``, and then a
-    warning; ``hint`` ends the refusal (a tunnel that avoids it)."""
-    addresses = resolve(host)
+def public_host_error(
+    prog: str, host: str, addresses: list[str], public: bool, what: str, hint: str = ""
+) -> str | None:
+    """Why ``--host`` (which names ``addresses``, from ``resolve``) must not be listened on, or
+    None. ``what`` (``/metrics``, ``the browser view``) has no authentication, so a host others can
+    reach needs ``--public``, and then a warning; ``hint`` ends the refusal (a tunnel that avoids it)."""
     if not addresses:
         return f"--host {host!r}: no such address"
     if all(loopback(a) for a in addresses):

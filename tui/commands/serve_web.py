@@ -60,16 +60,18 @@ def main(argv: list[str]) -> int:
         print(f"{PROG}: {line}", file=sys.stderr)
     if why is not None:
         return fail(PROG, why)
+    addresses = resolve(ns.host)
     why = public_host_error(
         PROG,
         ns.host,
+        addresses,
         ns.public,
         "the browser view",
         f", or tunnel: ssh -N -L {ns.port}:127.0.0.1:{ns.port} HOST",
     )
     if why is not None:
         return fail(PROG, why)
-    busy = _port_busy(resolve(ns.host), ns.port)
+    busy = _port_busy(addresses, ns.port)
     if busy is not None:
         return fail(PROG, busy)
     # exec: the shell textual-serve runs it in becomes the monitor, so a kill reaches the monitor.
