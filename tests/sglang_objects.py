@@ -112,6 +112,7 @@ def sglang_models(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any
     )
     from sglang.srt.models.llama import LlamaForCausalLM
     from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3
+    from sglang.srt.models.qwen2 import Qwen2ForCausalLM
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     sglang_cpu.publish_server_args(sa, rank)
@@ -123,7 +124,8 @@ def sglang_models(sa: Any, ddir: str, rank: int = 0) -> tuple[Any, Any, Any, Any
         spec_algorithm=SpeculativeAlgorithm.from_string("EAGLE3"),
         is_draft_worker=False,
     )
-    target = LlamaForCausalLM(mc.hf_config)
+    classes = {"LlamaForCausalLM": LlamaForCausalLM, "Qwen2ForCausalLM": Qwen2ForCausalLM}
+    target = classes[mc.hf_config.architectures[0]](mc.hf_config)
     if aux_cfg.eagle_use_aux_hidden_state:
         target.set_eagle3_layers_to_capture(aux_cfg.eagle_aux_hidden_state_layer_ids)
     dmc = ModelConfig.from_server_args(sa, model_path=ddir, is_draft_model=True)

@@ -332,3 +332,42 @@ def test_a_publisher_refuses_a_port_out_of_range() -> None:
             check_bind_endpoint(bad)
     check_bind_endpoint("tcp://127.0.0.1:0")
     check_bind_endpoint("tcp://127.0.0.1:*")
+
+
+def test_a_prefill_crash_the_release_was_known_for_is_one_finding_naming_it(pub: Publisher) -> None:
+    """Seen on SGLang 0.5.17 with a Llama target whose draft reads the embedding: the scheduler
+    dies at the first prefill (``hidden_states + residual`` with no residual). The plugin's hook
+    around the worker's step puts SGLang's own error on the wire; check names the release's defect
+    as its cause, once, with the release that fixes it."""
+    import dataclasses
+
+    from eagle3_top.hooks.sglang.verify import make_around_forward
+    from eagle3_top.tracer.tracer import Tracer
+
+    base = hello()
+    h = dataclasses.replace(
+        base,
+        engine="sglang",
+        engine_version="0.5.17",
+        model=dataclasses.replace(base.model, arch="LlamaForCausalLM"),
+    )
+    pub.set_hello(h)
+    proc = start_check(pub.bound_endpoint, "--json", "--timeout", "60")
+    time.sleep(2.0)  # subscribed, hello seen
+    tracer = Tracer(pub)
+    around = make_around_forward(lambda _w: tracer)
+
+    def forward_batch_generation(_self: object, _batch: object) -> None:
+        raise TypeError("unsupported operand type(s) for +: 'Tensor' and 'NoneType'")
+
+    batch = type("Batch", (), {"forward_mode": type("Mode", (), {"name": "EXTEND"})()})()
+    with pytest.raises(TypeError, match="NoneType"):  # SGLang still sees its own exception
+        around(forward_batch_generation, object(), batch)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out
+    findings = json.loads(out)["findings"]
+    assert [f["code"] for f in findings] == ["ENGINE_FAILED"]
+    (f,) = findings
+    assert "the extend step raised TypeError" in f["message"] and "0.5.17" in f["message"]
+    assert f["evidence"]["defect"] == "llama-embedding-slot-crash" and f["evidence"]["fixed_in"] == "0.5.22"
+    assert f["fix"].startswith("upgrade SGLang to 0.5.22")

@@ -365,3 +365,27 @@ def test_ids_the_server_does_not_read_are_an_error_even_without_a_manifest() -> 
     hello["aux"].update(declared_ids=None, ids_location="missing")
     (f,) = [f for f in diagnose(_evidence(hello), None) if f.code == "LAYER_IDS_NOT_READ"]
     assert f.severity == "warning"
+
+
+def test_a_probe_judges_acceptance_against_the_chain_the_server_runs() -> None:
+    """Seen on SGLang 0.5.17: one draft step (16 draft tokens rewritten to 2) reached 1.97 on the
+    training samples, healthy for one step; measured against training's 3-step figure it was
+    called a wiring fault."""
+    from eagle3_top.tracer.analysis.diagnose import ProbeEvidence, judge_probe
+    from eagle3_top.tracer.schema import Hello
+
+    def probe(steps: int, ndt: int) -> tuple[str, str]:
+        body = copy.deepcopy(HEALTHY_HELLO)
+        body["spec"]["effective"].update(num_steps=steps, num_draft_tokens=ndt)
+        pe = ProbeEvidence(
+            source="h:1:r0", comparisons=[], matrix=np.eye(3), mapping=[0, 1, 2],
+            mapping_text="every slot matches", aux_ok=True, trained_layers=[-1, 2, 5],
+            served_layers=[-1, 2, 5], probe_accept=1.75, live_accept=None, num_draft_tokens=ndt,
+            hello=Hello.from_body(body),
+        )  # fmt: skip
+        _, f = judge_probe(pe, _manifest())
+        return f.code, f.severity
+
+    # training's per-position accuracies [0.8, 0.75, 0.7]: 1.8 for one step, 2.82 for three
+    assert probe(1, 2) == ("PROBE_OK", "info")
+    assert probe(3, 4) == ("ACCEPTANCE_BELOW_TRAINING", "error")

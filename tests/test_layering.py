@@ -6,11 +6,14 @@ loaded, module-level and lazy imports alike, including what third-party packages
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 
 import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHECK = """
 import sys, importlib, pkgutil
@@ -97,3 +100,43 @@ def test_plugin_import_adds_no_analysis_and_no_http_client() -> None:
         assert not re.search(
             r"manifest|diagnose|probe|trainfiles|evidence|urllib|concurrent|numpy|zmq", name
         ), name
+
+
+# The gate commands run where only the wire libraries are: inside a serving container, from a
+# checkout on PYTHONPATH (how the GPU scripts run them next to SGLang). Seen on SGLang's GPU image:
+# a live `check` died importing mcap, which only --replay needs.
+HEADLESS = """
+import sys
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"textual", "rich", "mcap", "zstandard", "lz4", "prometheus_client",
+                                   "textual_serve", "textual_plotext", "torch", "sglang"}:
+            raise ModuleNotFoundError(f"No module named {name!r} (not on this box)")
+sys.meta_path.insert(0, Missing())
+from eagle3_top.tui.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "probe"])
+def test_the_gate_commands_run_with_only_the_wire_libraries(command: str, tmp_path) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)  # a live endpoint that says nothing: the command must get as far as waiting
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    ep = f"tcp://127.0.0.1:{port}"
+    args = {
+        "check": ["check", ep, "--timeout", "1"],
+        "probe": ["probe", "--server", "http://127.0.0.1:9", "--endpoint", ep, "--manifest",
+                  "examples/demo-manifest.json", "--timeout", "1"],
+    }[command]  # fmt: skip
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", HEADLESS, *args], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
+    finally:
+        pub.close(0)
+        ctx.term()
+    assert "Traceback" not in r.stderr and "No module named" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "no hello" in r.stderr, (r.returncode, r.stderr)

@@ -36,12 +36,12 @@ def _file(directory: str) -> dict[str, Any]:
     return load_file(os.path.join(directory, "model.safetensors"))
 
 
-def _serve(out: str, draft: str) -> dict[str, Any]:
-    """What SGLang makes of the exported target with ``draft``: the ids it reads, the layers its
+def _serve(out: str, draft: str, target_name: str = "target") -> dict[str, Any]:
+    """What SGLang makes of an exported target with ``draft``: the ids it reads, the layers its
     target captures, and whether its loaders put every tensor of the files where it belongs."""
     import torch
 
-    tdir, ddir = os.path.join(out, "target"), os.path.join(out, draft)
+    tdir, ddir = os.path.join(out, target_name), os.path.join(out, draft)
     aux, target, draft_model, mc, dmc = sglang_models(server_args(tdir, ddir, **SPEC), ddir)
     _load(target, tdir)
     _load(draft_model, ddir)
@@ -62,11 +62,17 @@ def _serve(out: str, draft: str) -> dict[str, Any]:
             ).float(),
         ),
         "lm_head": torch.equal(tp["lm_head.weight"].float(), t["lm_head.weight"].float()),
+        "qkv_bias": "model.layers.3.self_attn.qkv_proj.bias" not in tp
+        or torch.equal(
+            tp["model.layers.3.self_attn.qkv_proj.bias"].float(),
+            torch.cat([t[f"model.layers.3.self_attn.{p}_proj.bias"] for p in "qkv"]).float(),
+        ),
         "draft_fc": torch.equal(dp["model.fc.weight"].float(), d["model.fc.weight"].float()),
         "draft_lm_head": torch.equal(dp["lm_head.weight"].float(), d["lm_head.weight"].float()),
         "hot_token_id": torch.equal(draft_model.hot_token_id, d["d2t"] + torch.arange(d["d2t"].shape[0])),
     }
     return {
+        "class": type(target).__name__,
         "ids": aux.eagle_aux_hidden_state_layer_ids,
         "capture": sorted(target.model.layers_to_capture),
         "eos": [mc.hf_config.eos_token_id, dmc.hf_config.eos_token_id],
@@ -78,7 +84,9 @@ def _serve(out: str, draft: str) -> dict[str, Any]:
 def child_export() -> dict[str, Any]:
     sglang_cpu.init_process_group()
     out = os.environ["E3T_EXPORT_DIR"]
-    return {name: _serve(out, name) for name in ("draft-no-embed", "draft-no-embed-ids-not-read", "draft")}
+    got = {name: _serve(out, name) for name in ("draft-no-embed", "draft-no-embed-ids-not-read", "draft")}
+    got["draft on target-qwen2"] = _serve(out, "draft", "target-qwen2")
+    return got
 
 
 # -- test side ----------------------------------------------------------------------------------------
@@ -108,5 +116,9 @@ def test_sglang_reads_the_healthy_drafts_layers_and_misses_the_mis_wired_ones(se
     # canonical k = output of block k; SGLang captures at the input of layer k + 1
     assert (served["draft-no-embed"]["ids"], served["draft-no-embed"]["capture"]) == ([0, 2, 5], [1, 3, 6])
     assert served["draft"]["ids"] == [-1, 2, 5] and served["draft"]["capture"] == [0, 3, 6]
+    # the same target through SGLang's Qwen2 class (zero q/k/v biases, loaded into its fused qkv)
+    qwen2 = served["draft on target-qwen2"]
+    assert (qwen2["class"], qwen2["ids"], qwen2["capture"]) == ("Qwen2ForCausalLM", [-1, 2, 5], [0, 3, 6])
+    assert served["draft"]["class"] == "LlamaForCausalLM"
     # ids at the config's top level: SGLang falls back to its default, layers [2, 4, 5] of 8
     assert served["draft-no-embed-ids-not-read"]["capture"] == [2, 4, 5]

@@ -46,7 +46,7 @@ def config(path: Path) -> dict[str, Any]:
 def test_every_directory_states_its_stop_token_and_holds_no_pickle(exported: Path) -> None:
     from safetensors import safe_open
 
-    for name in ["target", *DRAFTS]:
+    for name in ["target", "target-qwen2", *DRAFTS]:
         d = exported / name
         assert sorted(p.name for p in d.iterdir() if p.suffix in (".pt", ".bin", ".pth")) == []
         cfg = config(d)
@@ -57,6 +57,8 @@ def test_every_directory_states_its_stop_token_and_holds_no_pickle(exported: Pat
             assert all(f.get_tensor(k).dtype in (torch.float16, torch.int64) for k in keys)
         if name == "target":
             assert "model.embed_tokens.weight" in keys and len(keys) == 75
+        elif name == "target-qwen2":  # and a q, k and v bias per layer
+            assert "model.layers.7.self_attn.v_proj.bias" in keys and len(keys) == 75 + 3 * 8
         else:
             assert {"d2t", "model.fc.weight", "lm_head.weight"} <= keys
             assert json.loads((d / "training_metrics.json").read_text())["simulated_accept_length"] > 3.5
@@ -93,6 +95,11 @@ def test_transformers_computes_what_the_built_in_engine_computes(exported: Path)
         # its own greedy decoding gives the continuations the export wrote down for a client
         gen = hf.generate(prompts, max_new_tokens=12, do_sample=False, eos_token_id=STOP, pad_token_id=STOP)
     assert gen[:, 48:].tolist() == work["continuations"]
+    # the Qwen2 copy is the same function through transformers' Qwen2 class
+    qwen2 = AutoModelForCausalLM.from_pretrained(str(exported / "target-qwen2"), dtype=torch.float32).eval()
+    assert type(qwen2).__name__ == "Qwen2ForCausalLM"
+    with torch.no_grad():
+        assert torch.allclose(qwen2(prompts).logits, want, atol=2e-4, rtol=0)
     assert work["stop_token_id"] == STOP and work["new_tokens"] == 12
     # what a served pair must reach: the built-in engine's own accept length with each draft
     acc = work["built_in_accept_length"]

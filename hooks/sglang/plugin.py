@@ -2,12 +2,14 @@
 
 SGLang's ``load_plugins()`` calls every general plugin with no arguments, in each process that
 loads plugins (scheduler processes — one per TP/PP rank — the engine/HTTP process, detokenizer, DP
-controller). ``register`` does nothing unless ``EAGLE3_TOP_PUBLISH`` is set. Otherwise it registers two
+controller). ``register`` does nothing unless ``EAGLE3_TOP_PUBLISH`` is set. Otherwise it registers
 AROUND hooks through SGLang's ``HookRegistry`` (applied by ``load_plugins`` right after):
 
 - ``Scheduler.__init__``: once the scheduler exists, its spec worker is live; we build the tracer,
   bind the publisher and publish the hello (wiring report) from the live objects.
 - ``EAGLEWorkerV2.verify``: one step event per verify (``verify.py``).
+- ``EAGLEWorkerV2.forward_batch_generation``: records nothing; when SGLang's own step raises (the
+  target's prefill included), the error goes out on a health event before the scheduler dies.
 - ``Scheduler.process_batch_result``: publishes the step held on the verify result, without the rows
   SGLang skips (a request that finished one step earlier, under the overlap scheduler).
 - ``EagleDraftWorker._draft_extend_for_prefill`` (when the class has it): the prefill aux rows of
@@ -58,6 +60,8 @@ ENV_CURVE_ANY_CLIENT = curve_flags.ENV_ANY_CLIENT  # =1: encrypt, but admit any 
 
 SUPPORTED = ((0, 5, 17), (0, 5, 23))
 VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
+# the whole step (prefill included): only to say why the stream ends when SGLang's forward raises
+FORWARD_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation"
 SCHEDULER_INIT_TARGET = "sglang.srt.managers.scheduler.Scheduler.__init__"
 RESULT_TARGET = "sglang.srt.managers.scheduler.Scheduler.process_batch_result"
 PREFILL_EXTEND_TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill"
@@ -148,7 +152,7 @@ def _register() -> None:
     if missing is not None:
         _one_line(f"SGLang {version} internals differ: {missing}")
         return
-    from .verify import make_around_process_result, make_around_verify
+    from .verify import make_around_forward, make_around_process_result, make_around_verify
 
     around_verify = make_around_verify(tracer_for_worker, hold=lambda: _state["result_hook_live"])
     try:
@@ -156,6 +160,8 @@ def _register() -> None:
     except ImportError:
         HookRegistry = None
     hooks = [(VERIFY_TARGET, around_verify), (SCHEDULER_INIT_TARGET, _around_scheduler_init)]
+    if _has_target(FORWARD_TARGET):
+        hooks.append((FORWARD_TARGET, make_around_forward(tracer_for_worker)))
     if _has_target(RESULT_TARGET):
         hooks.append((RESULT_TARGET, make_around_process_result(_result_hook_live)))
     else:

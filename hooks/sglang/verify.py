@@ -122,21 +122,37 @@ def make_around_verify(
 
 
 def report_engine_failure(
-    get_tracer: Callable[[Any], Tracer | None], worker: Any, exc: BaseException
+    get_tracer: Callable[[Any], Tracer | None], worker: Any, exc: BaseException, where: str = "verify"
 ) -> None:
-    """SGLang's own verify raised: the scheduler is about to die. Put the error on a health event
+    """SGLang's own ``where`` raised: the scheduler is about to die. Put the error on a health event
     and give the sender a moment to send it, so a monitor or ``check`` learns why the stream ends."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return
     try:
         tracer = get_tracer(worker)
         if tracer is not None:
-            tracer.publisher.engine_failed(f"verify raised {type(exc).__name__}: {str(exc)[:200]}")
+            tracer.publisher.engine_failed(f"{where} raised {type(exc).__name__}: {str(exc)[:200]}")
             flush = getattr(tracer.publisher, "flush", None)
             if flush is not None:
                 flush(0.5)
     except Exception:
         pass
+
+
+def make_around_forward(get_tracer: Callable[[Any], Tracer | None]) -> Callable[..., Any]:
+    """AROUND hook for the spec worker's ``forward_batch_generation``: the whole step, prefill
+    included. It records nothing; it only says why the stream ends when SGLang's own forward raises
+    (0.5.17-0.5.21 crash at the first prefill when a Llama target captures the embedding)."""
+
+    def around(original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, batch, *args, **kwargs)
+        except BaseException as exc:
+            mode = getattr(getattr(batch, "forward_mode", None), "name", None)
+            report_engine_failure(get_tracer, self, exc, f"the {mode.lower() if mode else 'forward'} step")
+            raise
+
+    return around
 
 
 def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep) -> None:

@@ -3,6 +3,8 @@ that SGLang and Hugging Face load, and the built-in workload with the engine's o
 
     DIR/target/                   config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
                                   generation_config.json
+    DIR/target-qwen2/             the same target as a Qwen2 model (q/k/v biases of zero: the same
+                                  function), to serve through SGLang's Qwen2 code path
     DIR/<draft>/                  config.json, model.safetensors, training_metrics.json (one per draft)
     DIR/<draft>.manifest.json     the training manifest of each trained draft (its mis-wired copy
                                   was trained the same way), for check and probe against a server
@@ -92,6 +94,35 @@ def export_target(out: str) -> str:
             "do_sample": False,
         },
     )
+    return dst
+
+
+QWEN2_TARGET = "target-qwen2"
+
+
+def export_target_qwen2(out: str) -> str:
+    """The target as ``Qwen2ForCausalLM``: Qwen2 is Llama with q/k/v biases, so zero biases give
+    the same function through another model class of the server (SGLang releases differ per class
+    in what they do with an EAGLE-3 embedding slot)."""
+    from safetensors.torch import load_file, save_file
+
+    src, dst = os.path.join(out, "target"), os.path.join(out, QWEN2_TARGET)
+    shutil.copytree(src, dst)
+    cfg = _config(target_dir())
+    cfg.update(
+        architectures=["Qwen2ForCausalLM"],
+        model_type="qwen2",
+        use_sliding_window=False,
+        sliding_window=None,
+        max_window_layers=cfg["num_hidden_layers"],
+    )
+    _write_json(os.path.join(dst, "config.json"), cfg)
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    for i in range(cfg["num_hidden_layers"]):
+        for proj in "qkv":
+            w = sd[f"model.layers.{i}.self_attn.{proj}_proj.weight"]
+            sd[f"model.layers.{i}.self_attn.{proj}_proj.bias"] = torch.zeros(w.shape[0], dtype=w.dtype)
+    save_file(sd, os.path.join(dst, "model.safetensors"))
     return dst
 
 
@@ -203,7 +234,13 @@ def main(argv: list[str]) -> int:
     if os.path.exists(out) and not os.path.isdir(out):
         print(f"{prog}: {ns.out} exists and is not a directory", file=sys.stderr)
         return 2
-    ours = ["target", *bundled_drafts(), "workload.json", *(f"{n}.manifest.json" for n in DRAFTS)]
+    ours = [
+        "target",
+        QWEN2_TARGET,
+        *bundled_drafts(),
+        "workload.json",
+        *(f"{n}.manifest.json" for n in DRAFTS),
+    ]
     if os.path.isdir(out) and os.listdir(out):
         if not ns.force:
             print(
@@ -218,7 +255,9 @@ def main(argv: list[str]) -> int:
             elif os.path.lexists(path):
                 os.remove(path)
     os.makedirs(out, exist_ok=True)
-    written = [export_target(out)] + [export_draft(out, name) for name in bundled_drafts()]
+    written = [export_target(out), export_target_qwen2(out)] + [
+        export_draft(out, name) for name in bundled_drafts()
+    ]
     if not ns.models_only:
         try:
             written += write_manifests(out)

@@ -23,7 +23,6 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from eagle3_top.tracer.ledger import FrameLedger
-from eagle3_top.tracer.recording import RecordedFrame, RecordingReport
 from eagle3_top.tracer.schema import Event
 from eagle3_top.tracer.subscriber import Subscriber
 
@@ -34,7 +33,9 @@ from .manifest import Manifest
 from .thresholds import THRESHOLDS, Thresholds
 
 if TYPE_CHECKING:
+    # only for --replay, which hands the frames in: a live check runs where mcap is not installed
     from eagle3_top.tracer.curve import CurveClient
+    from eagle3_top.tracer.recording import RecordedFrame, RecordingReport
 
 OK, FINDINGS, PARTIAL = "ok", "findings", "partial"
 # A publisher sends a health event every second: this long without any event, a source is gone.

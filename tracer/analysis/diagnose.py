@@ -47,7 +47,7 @@ def diagnose(
     def add(code: str, severity: str, message: str, fix: str, **evidence: Any) -> None:
         out.append(Finding(code, severity, message, fix, ev.key, evidence))
 
-    _engine(ev, add)  # a crash is news with or without a hello
+    _engine(ev, manifest, add)  # a crash is news with or without a hello
     hello = ev.hello
     if hello is None or not hello.speculates:
         return out  # a server without speculation has no draft, layers or acceptance to judge
@@ -58,22 +58,40 @@ def diagnose(
     if hello.algorithm != "EAGLE":
         _ids_not_read(hello, aux, manifest, add)
         _width(hello, aux, add)
-        _release_defects(hello, aux, manifest, add)
+        _release_defects(hello, aux, manifest, add, crashed=bool(ev.health and ev.health.engine_error))
     if manifest is not None:
         _against_manifest(ev, hello, aux, manifest, add, th)
     _accept_length(ev, hello, manifest, add, th)
     return out
 
 
-def _engine(ev: SourceEvidence, add: Add) -> None:
+def _crash_defects(ev: SourceEvidence) -> list[KnownDefect]:
+    """The serving release's known crash defects that this source's wiring runs into."""
+    return [d for d in served_defects(ev.hello) if d.symptom == "crash"]
+
+
+def _engine(ev: SourceEvidence, manifest: Manifest | None, add: Add) -> None:
     h = ev.health
-    if h is not None and h.engine_error:
+    if h is None or not h.engine_error:
+        return
+    crash = _crash_defects(ev)
+    if crash and ev.hello is not None:
+        # one cause, one finding: the crash its release was known for, not a crash and a prediction
+        d = crash[0]
         add(
             "ENGINE_FAILED", ERROR,
-            f"the engine's own forward failed: {h.engine_error}",
-            "read the server's log for the traceback; nothing it serves is speculative until it is fixed",
-            engine_error=h.engine_error,
+            f"the engine's own forward failed: {h.engine_error} — the known defect it was predicted to hit: "
+            f"{d.describe(ev.hello.engine_version, ev.hello.model.arch)}",
+            d.fix(manifest.concat_order if manifest is not None else ev.hello.aux.capture_canonical if ev.hello.aux else []),
+            engine_error=h.engine_error, defect=d.key, fixed_in=d.fixed_in,
         )  # fmt: skip
+        return
+    add(
+        "ENGINE_FAILED", ERROR,
+        f"the engine's own forward failed: {h.engine_error}",
+        "read the server's log for the traceback; nothing it serves is speculative until it is fixed",
+        engine_error=h.engine_error,
+    )  # fmt: skip
 
 
 def expected_accept_length(hello: Hello, manifest: Manifest | None) -> tuple[float | None, str]:
@@ -216,9 +234,14 @@ def _values_cause(
     return defects, cause, defects[0].fix(trained)
 
 
-def _release_defects(hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: Add) -> None:
+def _release_defects(
+    hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: Add, crashed: bool = False
+) -> None:
     trained = manifest.concat_order if manifest is not None else aux.capture_canonical
     for d in served_defects(hello):
+        if crashed and d.symptom == "crash":
+            continue  # ENGINE_FAILED names it: the crash happened
+
         add(
             "ENGINE_KNOWN_DEFECT", ERROR,
             d.describe(hello.engine_version, hello.model.arch),
@@ -421,8 +444,13 @@ def judge_probe(pe: ProbeEvidence, manifest: Manifest | None) -> tuple[str, Find
     """The verdict of a probe exchange and its finding: wiring (aux rows differ, or match yet
     acceptance is low on training's own samples), generalisation (high on training samples, low
     live), or healthy (``PROBE_OK``, info)."""
+    # the expectation for the chain the server runs: one draft step cannot reach a 3-step figure
     expected = (
-        manifest.training.expected_accept_length if manifest is not None and manifest.training else None
+        expected_accept_length(pe.hello, manifest)[0]
+        if pe.hello is not None
+        else manifest.training.expected_accept_length
+        if manifest is not None and manifest.training
+        else None
     )
     low = low_accept_threshold(expected, pe.num_draft_tokens)
     probe_low = pe.probe_accept is not None and pe.probe_accept < low

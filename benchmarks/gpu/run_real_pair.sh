@@ -1,0 +1,120 @@
+#!/bin/bash
+# The built-in pair on real SGLang (0.5.17 on the lent GPU machine), one device call from the repo
+# root, carrying build/sglang-h200 and build/e3t-extra (benchmarks/gpu/sglang_env/build_carry.sh):
+#   bash benchmarks/gpu/run_real_pair.sh          -> $OUT/real_pair.tar.gz, real_pair.md printed
+#
+# `eagle3-top toy export` writes the trained target and drafts as Hugging Face directories; six
+# servers then run side by side, in two waves (plugin on, --attention-backend triton, fp16, CUDA graphs off):
+#   H   target + draft-no-embed (ids [0, 2, 5])            healthy: check 0, probe diagonal >= 0.99,
+#                                                          accept length within 5% of the built-in's
+#   N   target + draft-ids-not-read                        the motivating bug: acceptance collapses
+#   NN  target + draft-no-embed-ids-not-read               ids not read, layers that happen to work
+#   R   target + draft-no-embed, --speculative-num-steps 1 --speculative-num-draft-tokens 16
+#                                                          SGLang rewrites 16 draft tokens to 2
+#   EL  target + draft (ids [-1, 2, 5], the embedding)     0.5.17's Llama crashes at the first prefill
+#   EQ  target-qwen2 + draft                               0.5.17's Qwen2 aliases the embedding slot
+#   QH  target-qwen2 + draft-no-embed                      the same Qwen2 target, healthy (the control)
+# For each: `eagle3-top preflight --json` before any server starts, then a plain pyzmq recorder of
+# the stream, the workload's 64 prompts x 96 tokens (real_pair_client.py, SGLang's meta_info kept),
+# `eagle3-top check --json` during that traffic and `eagle3-top probe --json` after it.
+# real_pair_report.py puts SGLang's figures beside ours, judges each case against what it must show
+# and writes the table in real_pair.md. DEADLINE_S (default 560) bounds the whole call.
+set -u
+R=$(pwd); B=$R/benchmarks/gpu
+OUT=${OUT:-/tmp/e3t-out}; W=$OUT/real_pair; mkdir -p "$W"
+T0=$(date +%s); DEADLINE=$((T0 + ${DEADLINE_S:-560}))
+bash "$B/install_plugin.sh" > "$W/install.log" 2>&1 || { cat "$W/install.log"; exit 1; }
+export PYTHONPATH=/tmp/site:/tmp/e3t CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
+E3T="python3 -m eagle3_top.tui.cli"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$W/gpu.txt"
+python3 -c "import sglang, torch; print('sglang', sglang.__version__, 'torch', torch.__version__)" | tee -a "$W/gpu.txt"
+P=/tmp/pair; rm -rf $P
+$E3T toy export --out $P > "$W/export.log" 2>&1 || { cat "$W/export.log"; exit 1; }
+cp $P/workload.json $P/*.manifest.json "$W/"
+echo "== exported at $(( $(date +%s) - T0 )) s"
+
+# TAG TARGET DRAFT STEPS TOPK DRAFT_TOKENS MANIFEST. Two waves: the second starts once the first is
+# up, when SGLang's JIT kernels are built and cached (servers building the same kernel at the same
+# moment are how one of them can load a half-written one)
+WAVE1="H target draft-no-embed 3 1 4 draft-no-embed
+N target draft-ids-not-read 3 1 4 draft
+NN target draft-no-embed-ids-not-read 3 1 4 draft-no-embed
+R target draft-no-embed 1 1 16 draft-no-embed"
+WAVE2="EL target draft 3 1 4 draft
+EQ target-qwen2 draft 3 1 4 draft
+QH target-qwen2 draft-no-embed 3 1 4 draft-no-embed"
+CASES="$WAVE1
+$WAVE2"
+echo "$CASES" > "$W/cases.txt"
+
+while read -r tag tgt drf st tk nd man; do
+  $E3T preflight --model-path $P/$tgt --speculative-draft-model-path $P/$drf --speculative-num-steps "$st" \
+    --speculative-eagle-topk "$tk" --speculative-num-draft-tokens "$nd" --manifest "$P/$man.manifest.json" \
+    --json > "$W/preflight_$tag.json" 2> "$W/preflight_$tag.err"
+  echo "$?" > "$W/preflight_$tag.rc"
+done <<< "$CASES"
+echo "== preflight done at $(( $(date +%s) - T0 )) s"
+
+SETSID=$(command -v setsid || true)
+# each server in its own process group: stopping it takes its scheduler and detokenizer along
+stop() { kill -TERM -- "-$(cat "$W/srvpid_$1")" 2>/dev/null; }
+reap() {
+  for _ in $(seq 1 15); do kill -0 -- "-$(cat "$W/srvpid_$1")" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL -- "-$(cat "$W/srvpid_$1")" 2>/dev/null
+}
+run_case() {  # TAG TARGET DRAFT STEPS TOPK DRAFT_TOKENS MANIFEST PORT PUBPORT
+  local tag=$1 tgt=$2 drf=$3 st=$4 tk=$5 nd=$6 man=$P/$7.manifest.json port=$8 pub=tcp://127.0.0.1:$9
+  python3 "$B/subscriber_check.py" "$tag" "$pub" 540 "$W" > "$W/sub_$tag.log" 2>&1 &
+  local sub=$!
+  # check listens from before the server starts: a server that dies at its first prefill has
+  # published its hello by then (a check started after the crash would hear nothing)
+  $E3T check "$pub" --manifest "$man" --json --steps 20 --timeout 360 > "$W/check_$tag.json" 2> "$W/check_$tag.err" &
+  local chk=$!
+  # six servers start at once: a fixed KV pool (--max-total-tokens) keeps each one's allocation from
+  # eating into the free memory the others measure while they size theirs
+  EAGLE3_TOP_PUBLISH=$pub $SETSID python3 -m sglang.launch_server --model-path "$P/$tgt" \
+    --speculative-algorithm EAGLE3 --speculative-draft-model-path "$P/$drf" --speculative-num-steps "$st" \
+    --speculative-eagle-topk "$tk" --speculative-num-draft-tokens "$nd" --attention-backend triton \
+    --dtype float16 --disable-cuda-graph --port "$port" --host 127.0.0.1 --mem-fraction-static 0.5 --max-total-tokens 32768 \
+    > "$W/server_$tag.log" 2>&1 &
+  echo $! > "$W/srvpid_$tag"
+  local ready=0 t=$(date +%s)
+  while [ "$(date +%s)" -lt $((DEADLINE - 120)) ]; do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null && { ready=1; break; }
+    kill -0 "$(cat "$W/srvpid_$tag")" 2>/dev/null || break
+    sleep 1
+  done
+  echo "$tag ready=$ready after $(( $(date +%s) - t )) s" >> "$W/ready.txt"
+  if [ $ready = 1 ]; then
+    python3 "$B/real_pair_client.py" "$port" "$P/workload.json" "$W/client_$tag.json" > "$W/client_$tag.log" 2>&1
+  else
+    echo "{\"error\": \"server not ready: $(tail -n 1 "$W/server_$tag.log" | tr -d '"\\' | cut -c1-300)\"}" > "$W/client_$tag.json"
+  fi
+  wait $chk; echo "$?" > "$W/check_$tag.rc"
+  if [ $ready = 1 ]; then
+    $E3T probe --server "http://127.0.0.1:$port" --endpoint "$pub" --manifest "$man" --json --samples 4 \
+      --timeout 90 > "$W/probe_$tag.json" 2> "$W/probe_$tag.err"
+    echo "$?" > "$W/probe_$tag.rc"
+  fi
+  sleep 1; touch "$W/stop_$tag"; wait $sub
+  stop "$tag"; reap "$tag"
+}
+start_wave() {
+  while read -r tag tgt drf st tk nd man; do
+    run_case "$tag" "$tgt" "$drf" "$st" "$tk" "$nd" "$man" $((30100 + i)) $((5600 + 10 * i)) &
+    i=$((i + 1))
+  done <<< "$1"
+}
+i=0
+start_wave "$WAVE1"
+while [ "$(cat "$W/ready.txt" 2>/dev/null | wc -l)" -lt 4 ] && [ "$(date +%s)" -lt $((DEADLINE - 200)) ]; do sleep 2; done
+echo "== second wave at $(( $(date +%s) - T0 )) s"
+start_wave "$WAVE2"
+wait
+echo "== cases done at $(( $(date +%s) - T0 )) s"
+cat "$W/ready.txt"
+python3 "$B/real_pair_report.py" "$W" | tee "$W/real_pair.md"
+grep -h "Traceback\|Error\|error" "$W"/server_*.log | sort | uniq -c | sort -rn | head -12
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | head -5  # nothing should be left
+tar -C "$OUT" -czf "$OUT/real_pair.tar.gz" real_pair
+echo "== all done at $(( $(date +%s) - T0 )) s"
