@@ -46,7 +46,7 @@ EXPECT: dict[str, dict[str, Any]] = {
     "EL": {  # the crash, reported from inside the dying scheduler, names the defect predicted
         "what": "embedding slot (ids [-1, 2, 5]) on Llama",
         "preflight_rc": 1, "preflight_codes": ["ENGINE_KNOWN_DEFECT"],
-        "check_rc": 1, "check_codes": ["ENGINE_FAILED"],
+        "check_rc": 1, "check_codes": ["ENGINE_FAILED"], "server": "died",
     },
     "EQ": {
         "what": "embedding slot (ids [-1, 2, 5]) on Qwen2",
@@ -111,6 +111,8 @@ def diagonal(probe: Any) -> float | None:
 
 def judge(tag: str, row: dict[str, Any], built_in: dict[str, float]) -> list[str]:
     want, short = EXPECT[tag], []
+    if row["server"] != want.get("server", "up"):
+        short.append(f"server {row['server']}, want {want.get('server', 'up')}")
     for k in ("preflight", "check", "probe"):
         if f"{k}_rc" in want and row[f"{k}_rc"] != want[f"{k}_rc"]:
             short.append(f"{k} exit {row[f'{k}_rc']}, want {want[f'{k}_rc']}")
@@ -166,10 +168,11 @@ def main(d: str) -> int:
             "sglang_accept": summ.get("accept_length"),
             "diagonal": diagonal(probe),
         }
+        up = (ready.get(tag, "").split() or ["?"])[0].replace("ready=1", "up").replace("ready=0", "died")
+        row["server"] = up
         short = judge(tag, row, built_in)
         failed += bool(short)
         served = f"{tgt} + {drf}, steps {st} topk {tk} ndt {nd}"
-        up = (ready.get(tag, "").split() or ["?"])[0].replace("ready=1", "up").replace("ready=0", "died")
         agree = (
             f"{summ['prompts_identical_to_built_in']}/{summ['requests']} prompts, "
             f"{summ['leading_tokens_agreeing']}/{summ['leading_tokens_of']}"

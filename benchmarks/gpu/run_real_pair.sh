@@ -14,6 +14,7 @@
 #   EL  target + draft (ids [-1, 2, 5], the embedding)     0.5.17's Llama crashes at the first prefill
 #   EQ  target-qwen2 + draft                               0.5.17's Qwen2 aliases the embedding slot
 #   QH  target-qwen2 + draft-no-embed                      the same Qwen2 target, healthy (the control)
+# ONLY="EQ QH" runs just those cases.
 # For each: `eagle3-top preflight --json` before any server starts, then a plain pyzmq recorder of
 # the stream, the workload's 64 prompts x 96 tokens (real_pair_client.py, SGLang's meta_info kept),
 # `eagle3-top check --json` during that traffic and `eagle3-top probe --json` after it.
@@ -43,8 +44,9 @@ R target draft-no-embed 1 1 16 draft-no-embed"
 WAVE2="EL target draft 3 1 4 draft
 EQ target-qwen2 draft 3 1 4 draft
 QH target-qwen2 draft-no-embed 3 1 4 draft-no-embed"
-CASES="$WAVE1
-$WAVE2"
+only() { if [ -n "${ONLY:-}" ]; then grep -E "^($(echo "$ONLY" | tr ' ' '|')) " || true; else cat; fi; }
+WAVE1=$(echo "$WAVE1" | only); WAVE2=$(echo "$WAVE2" | only)  # ONLY="EQ QH": just those cases
+CASES=$(printf '%s\n%s\n' "$WAVE1" "$WAVE2" | grep . )
 echo "$CASES" > "$W/cases.txt"
 
 while read -r tag tgt drf st tk nd man; do
@@ -72,7 +74,11 @@ run_case() {  # TAG TARGET DRAFT STEPS TOPK DRAFT_TOKENS MANIFEST PORT PUBPORT
   local chk=$!
   # six servers start at once: a fixed KV pool (--max-total-tokens) keeps each one's allocation from
   # eating into the free memory the others measure while they size theirs
-  EAGLE3_TOP_PUBLISH=$pub $SETSID python3 -m sglang.launch_server --model-path "$P/$tgt" \
+  # transformers 5 loads any model_type qwen2 directory's tokenizer as Qwen2Tokenizer, whatever its
+  # tokenizer_config.json names, and that drops the built-in language's words: SGLang's warm-up
+  # prompt becomes zero tokens, and a zero-token prefill crashes 0.5.17 with 32-wide heads (SIGFPE
+  # in its JIT rope kernel). The Llama directory's tokenizer is the same file, loaded as written.
+  EAGLE3_TOP_PUBLISH=$pub $SETSID python3 -m sglang.launch_server --model-path "$P/$tgt" --tokenizer-path "$P/target" \
     --speculative-algorithm EAGLE3 --speculative-draft-model-path "$P/$drf" --speculative-num-steps "$st" \
     --speculative-eagle-topk "$tk" --speculative-num-draft-tokens "$nd" --attention-backend triton \
     --dtype float16 --disable-cuda-graph --port "$port" --host 127.0.0.1 --mem-fraction-static 0.5 --max-total-tokens 32768 \
@@ -88,7 +94,8 @@ run_case() {  # TAG TARGET DRAFT STEPS TOPK DRAFT_TOKENS MANIFEST PORT PUBPORT
   if [ $ready = 1 ]; then
     python3 "$B/real_pair_client.py" "$port" "$P/workload.json" "$W/client_$tag.json" > "$W/client_$tag.log" 2>&1
   else
-    echo "{\"error\": \"server not ready: $(tail -n 1 "$W/server_$tag.log" | tr -d '"\\' | cut -c1-300)\"}" > "$W/client_$tag.json"
+    why=$(grep -m1 -E "^[A-Za-z]*Error: |Fatal Python error" "$W/server_$tag.log" || tail -n 1 "$W/server_$tag.log")
+    echo "{\"error\": \"server not ready: $(echo "$why" | tr -d '"\\' | cut -c1-300)\"}" > "$W/client_$tag.json"
   fi
   wait $chk; echo "$?" > "$W/check_$tag.rc"
   if [ $ready = 1 ]; then
@@ -100,6 +107,7 @@ run_case() {  # TAG TARGET DRAFT STEPS TOPK DRAFT_TOKENS MANIFEST PORT PUBPORT
   stop "$tag"; reap "$tag"
 }
 start_wave() {
+  [ -n "$1" ] || return 0
   while read -r tag tgt drf st tk nd man; do
     run_case "$tag" "$tgt" "$drf" "$st" "$tk" "$nd" "$man" $((30100 + i)) $((5600 + 10 * i)) &
     i=$((i + 1))
@@ -107,7 +115,8 @@ start_wave() {
 }
 i=0
 start_wave "$WAVE1"
-while [ "$(cat "$W/ready.txt" 2>/dev/null | wc -l)" -lt 4 ] && [ "$(date +%s)" -lt $((DEADLINE - 200)) ]; do sleep 2; done
+n1=$(echo "$WAVE1" | grep -c . || true)
+while [ "$(cat "$W/ready.txt" 2>/dev/null | wc -l)" -lt "$n1" ] && [ "$(date +%s)" -lt $((DEADLINE - 200)) ]; do sleep 2; done
 echo "== second wave at $(( $(date +%s) - T0 )) s"
 start_wave "$WAVE2"
 wait

@@ -4,7 +4,9 @@ that SGLang and Hugging Face load, and the built-in workload with the engine's o
     DIR/target/                   config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
                                   generation_config.json
     DIR/target-qwen2/             the same target as a Qwen2 model (q/k/v biases of zero: the same
-                                  function), to serve through SGLang's Qwen2 code path
+                                  function), to serve through SGLang's Qwen2 code path; serve it with
+                                  --tokenizer-path DIR/target (transformers 5 loads any qwen2
+                                  directory's tokenizer as Qwen2Tokenizer, which drops the language's words)
     DIR/<draft>/                  config.json, model.safetensors, training_metrics.json (one per draft)
     DIR/<draft>.manifest.json     the training manifest of each trained draft (its mis-wired copy
                                   was trained the same way), for check and probe against a server
