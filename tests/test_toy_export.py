@@ -59,6 +59,9 @@ def test_every_directory_states_its_stop_token_and_holds_no_pickle(exported: Pat
             assert "model.embed_tokens.weight" in keys and len(keys) == 75
         elif name == "target-qwen2":  # and a q, k and v bias per layer
             assert "model.layers.7.self_attn.v_proj.bias" in keys and len(keys) == 75 + 3 * 8
+            # no tokenizer: transformers would load a qwen2 directory's as Qwen2Tokenizer, which
+            # drops the language's words; the server is pointed at target/ instead
+            assert not [p.name for p in d.iterdir() if p.name.startswith("tokenizer")]
         else:
             assert {"d2t", "model.fc.weight", "lm_head.weight"} <= keys
             assert json.loads((d / "training_metrics.json").read_text())["simulated_accept_length"] > 3.5

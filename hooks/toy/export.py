@@ -4,9 +4,12 @@ that SGLang and Hugging Face load, and the built-in workload with the engine's o
     DIR/target/                   config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
                                   generation_config.json
     DIR/target-qwen2/             the same target as a Qwen2 model (q/k/v biases of zero: the same
-                                  function), to serve through SGLang's Qwen2 code path; serve it with
-                                  --tokenizer-path DIR/target (transformers 5 loads any qwen2
-                                  directory's tokenizer as Qwen2Tokenizer, which drops the language's words)
+                                  function), to serve through SGLang's Qwen2 code path: config.json,
+                                  model.safetensors, generation_config.json and no tokenizer: serve it
+                                  with --tokenizer-path DIR/target (transformers 5 loads any qwen2
+                                  directory's tokenizer as Qwen2Tokenizer, whatever tokenizer_config.json
+                                  says, and that one drops the language's words: SGLang's warm-up prompt
+                                  became zero tokens, which crashed 0.5.17)
     DIR/<draft>/                  config.json, model.safetensors, training_metrics.json (one per draft)
     DIR/<draft>.manifest.json     the training manifest of each trained draft (its mis-wired copy
                                   was trained the same way), for check and probe against a server
@@ -109,7 +112,9 @@ def export_target_qwen2(out: str) -> str:
     from safetensors.torch import load_file, save_file
 
     src, dst = os.path.join(out, "target"), os.path.join(out, QWEN2_TARGET)
-    shutil.copytree(src, dst)
+    # no tokenizer files: a server started without --tokenizer-path refuses at once, instead of
+    # serving text through a tokenizer that silently drops words
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("tokenizer*"))
     cfg = _config(target_dir())
     cfg.update(
         architectures=["Qwen2ForCausalLM"],
@@ -277,4 +282,7 @@ def main(argv: list[str]) -> int:
     for d in written:
         print(d)
     print(f"serve the healthy pair with:\n  {launch_hint(out)}", file=sys.stderr)
+    print(
+        f"(the Qwen2 copy: --model-path {out}/{QWEN2_TARGET} --tokenizer-path {out}/target)", file=sys.stderr
+    )
     return 0
