@@ -313,3 +313,27 @@ def test_a_verify_that_raises_puts_the_error_on_the_wire_and_still_raises() -> N
         around(verify, object(), object())
     err = tracer.publisher.engine_error
     assert err is not None and "verify raised RuntimeError: The size of tensor a (384)" in err
+
+
+def test_a_verify_that_raises_inside_the_step_is_reported_once_where_it_was_raised() -> None:
+    """verify runs inside the worker's step, so the step's hook sees the same exception: the error
+    on the wire stays the one named where it was raised."""
+    from eagle3_top.hooks.sglang.verify import make_around_forward, make_around_verify
+    from eagle3_top.tracer.publisher import MemoryPublisher
+    from eagle3_top.tracer.tracer import Tracer
+
+    tracer = Tracer(MemoryPublisher())
+    around_verify = make_around_verify(lambda _w: tracer)
+    around_step = make_around_forward(lambda _w: tracer)
+
+    def verify(_self: object, _batch: object) -> None:
+        raise RuntimeError("The size of tensor a (384) must match the size of tensor b (256)")
+
+    def step(self: object, batch: object) -> None:
+        around_verify(verify, self, batch)
+
+    batch = type("Batch", (), {"forward_mode": type("Mode", (), {"name": "DECODE"})()})()
+    with pytest.raises(RuntimeError, match="size of tensor a"):
+        around_step(step, object(), batch)
+    err = tracer.publisher.engine_error
+    assert err is not None and err.startswith("verify raised RuntimeError: The size of tensor a (384)")

@@ -130,7 +130,9 @@ def report_engine_failure(
         return
     try:
         tracer = get_tracer(worker)
-        if tracer is not None:
+        # verify runs inside the worker's step: the step's hook sees the same exception again, and
+        # the report made where it was raised (sent already) is the more precise one
+        if tracer is not None and tracer.publisher.engine_error is None:
             tracer.publisher.engine_failed(f"{where} raised {type(exc).__name__}: {str(exc)[:200]}")
             flush = getattr(tracer.publisher, "flush", None)
             if flush is not None:
