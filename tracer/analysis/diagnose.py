@@ -58,31 +58,27 @@ def diagnose(
     if hello.algorithm != "EAGLE":
         _ids_not_read(hello, aux, manifest, add)
         _width(hello, aux, add)
-        _release_defects(hello, aux, manifest, add, crashed=bool(ev.health and ev.health.engine_error))
+        _release_defects(hello, manifest, add, crashed=bool(ev.health and ev.health.engine_error))
     if manifest is not None:
         _against_manifest(ev, hello, aux, manifest, add, th)
     _accept_length(ev, hello, manifest, add, th)
     return out
 
 
-def _crash_defects(ev: SourceEvidence) -> list[KnownDefect]:
-    """The serving release's known crash defects that this source's wiring runs into."""
-    return [d for d in served_defects(ev.hello) if d.symptom == "crash"]
-
-
 def _engine(ev: SourceEvidence, manifest: Manifest | None, add: Add) -> None:
     h = ev.health
     if h is None or not h.engine_error:
         return
-    crash = _crash_defects(ev)
-    if crash and ev.hello is not None:
+    hello = ev.hello
+    crash = [d for d in served_defects(hello) if d.symptom == "crash"]
+    if crash and hello is not None:
         # one cause, one finding: the crash its release was known for, not a crash and a prediction
         d = crash[0]
         add(
             "ENGINE_FAILED", ERROR,
             f"the engine's own forward failed: {h.engine_error} — the known defect it was predicted to hit: "
-            f"{d.describe(ev.hello.engine_version, ev.hello.model.arch)}",
-            d.fix(manifest.concat_order if manifest is not None else ev.hello.aux.capture_canonical if ev.hello.aux else []),
+            f"{d.describe(hello.engine_version, hello.model.arch)}",
+            d.fix(_trained_layers(hello, manifest)),
             engine_error=h.engine_error, defect=d.key, fixed_in=d.fixed_in,
         )  # fmt: skip
         return
@@ -234,14 +230,18 @@ def _values_cause(
     return defects, cause, defects[0].fix(trained)
 
 
-def _release_defects(
-    hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: Add, crashed: bool = False
-) -> None:
-    trained = manifest.concat_order if manifest is not None else aux.capture_canonical
+def _trained_layers(hello: Hello, manifest: Manifest | None) -> list[int] | None:
+    """The layers the draft was trained on: the manifest's, else the ones the server captures."""
+    if manifest is not None:
+        return manifest.concat_order
+    return hello.aux.capture_canonical if hello.aux is not None else None
+
+
+def _release_defects(hello: Hello, manifest: Manifest | None, add: Add, crashed: bool = False) -> None:
+    trained = _trained_layers(hello, manifest)
     for d in served_defects(hello):
         if crashed and d.symptom == "crash":
             continue  # ENGINE_FAILED names it: the crash happened
-
         add(
             "ENGINE_KNOWN_DEFECT", ERROR,
             d.describe(hello.engine_version, hello.model.arch),
