@@ -22,6 +22,7 @@ from benchmarks import (
     bench_record_e2e,
     bench_relay,
     bench_replay,
+    bench_serving_path,
     bench_tracer_overhead,
     bench_tui_cpu,
     bench_tui_ingest,
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     bench_ingest.main()
     bench_publisher.main()
     bench_tracer_overhead.main(["--rounds", "20"] if ns.quick else [])
+    bench_serving_path.main(["--quick"] if ns.quick else [])
     print("# bench_tui_ingest: flood, then paced at 10,000 events/s")
     secs = "2" if ns.quick else "5"
     bench_tui_ingest.main(["--seconds", secs])

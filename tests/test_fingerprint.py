@@ -124,3 +124,51 @@ def test_large_gpu_batches_are_fingerprinted_on_strided_rows() -> None:
     assert fp.rows == MAX_DEVICE_ROWS and fp.rows_total == 1024
     ref = fingerprint_now(x[::step].cpu(), 3)
     np.testing.assert_allclose(fp.rms, ref.rms, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_serving_path_snapshot_is_the_fingerprint_of_the_rows_when_taken() -> None:
+    """The serving thread queues a copy of the sampled rows and an event; the reduction runs on the
+    sender thread's stream. Neither half syncs the host, and a buffer the engine overwrites right
+    after (a CUDA graph's next replay) does not change what was taken."""
+    import threading
+
+    from eagle3_top.tracer.fingerprint import fingerprint_snapshot
+
+    x = _aux(rows=1024).cuda().to(torch.bfloat16)
+    before = x.clone()
+    fingerprint_snapshot(x, 3).resolve()  # warm-up: sketch upload, kernel compile, side stream
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        snap = fingerprint_snapshot(x, 3)
+        x.mul_(3.0)
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(snap.resolve()))
+        t.start()
+        t.join()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    ref = fingerprint_now(before, 3)
+    assert got and got[0].rows_total == 1024 and got[0].rows == ref.rows
+    np.testing.assert_allclose(got[0].rms, ref.rms, rtol=1e-3)
+    np.testing.assert_allclose(got[0].sketch, ref.sketch, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_copy_without_its_own_event_waits_for_the_engines() -> None:
+    from eagle3_top.tracer.deferred import HostCopy
+
+    t = torch.arange(10, device="cuda")
+    c = HostCopy(t, record=False)
+    assert c.unsealed
+    with pytest.raises(RuntimeError, match="before any event"):
+        c.resolve()
+    done = torch.cuda.Event()
+    done.record()  # the engine's event after its own copies: it follows ours in stream order
+    c.bind(done)
+    np.testing.assert_array_equal(c.resolve(), np.arange(10))
+    sealed = HostCopy(t + 1, record=False)
+    sealed.seal()
+    np.testing.assert_array_equal(sealed.resolve(), np.arange(10) + 1)

@@ -30,6 +30,25 @@ class Deferred:
         raise NotImplementedError
 
 
+class _Pinned:
+    """One pooled pinned buffer, its CUDA event, and its leading views by length (made once: a
+    slice costs the serving thread a microsecond or two on a busy host)."""
+
+    __slots__ = ("buf", "event", "_views")
+
+    def __init__(self, buf: Any, event: Any) -> None:
+        self.buf, self.event = buf, event
+        self._views: dict[int, Any] = {}
+
+    def view(self, numel: int) -> Any:
+        v = self._views.get(numel)
+        if v is None:
+            if len(self._views) >= 8:
+                self._views.clear()
+            v = self._views[numel] = self.buf[:numel]
+        return v
+
+
 class _PinnedPool:
     """Reusable pinned host buffers (with their CUDA event), keyed by dtype and power-of-two size.
 
@@ -42,7 +61,7 @@ class _PinnedPool:
 
     def __init__(self, keep: int = 64) -> None:
         self.keep = keep
-        self._free: dict[tuple[Any, int], deque[tuple[Any, Any]]] = {}
+        self._free: dict[tuple[Any, int], deque[_Pinned]] = {}
         self._lock = threading.Lock()
         self.allocated = 0  # pinned buffers created (tests and benchmarks read it)
 
@@ -50,46 +69,66 @@ class _PinnedPool:
         n = max(numel, self.MIN_ELEMS)
         return dtype, 1 << (n - 1).bit_length()
 
-    def take(self, dtype: Any, numel: int) -> tuple[tuple[Any, int], Any, Any]:
-        import torch
-
+    def take(self, dtype: Any, numel: int) -> tuple[tuple[Any, int], _Pinned]:
         key = self._key(dtype, numel)
         q = self._free.get(key)
         if q:
             try:
-                buf, event = q.pop()
-                return key, buf, event
+                return key, q.pop()
             except IndexError:
                 pass
+        import torch
+
         with self._lock:
             self.allocated += 1
-        return key, torch.empty(key[1], dtype=dtype, pin_memory=True), torch.cuda.Event()
+        return key, _Pinned(torch.empty(key[1], dtype=dtype, pin_memory=True), torch.cuda.Event())
 
-    def give(self, key: tuple[Any, int], buf: Any, event: Any) -> None:
+    def give(self, key: tuple[Any, int], entry: _Pinned) -> None:
         q = self._free.get(key)
         if q is None:
             with self._lock:
                 q = self._free.setdefault(key, deque())
         if len(q) < self.keep:
-            q.append((buf, event))
+            q.append(entry)
 
 
 PINNED = _PinnedPool()
 
 
+def _raw_stream(tensor: Any) -> Any:
+    """The calling thread's current CUDA stream for ``tensor``'s device, as a raw handle (an int:
+    cheaper than a Stream object), or None where this torch does not expose it."""
+    import torch
+
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return None if get is None else (get(tensor.get_device()), tensor.get_device())
+
+
 class HostCopy(Deferred):
-    """A tensor on its way to host memory; ``resolve()`` returns it as a numpy array (once)."""
+    """A tensor on its way to host memory; ``resolve()`` returns it as a numpy array (once).
 
-    __slots__ = ("_host", "_event", "_buf", "_key", "_shape", "_numel")
+    ``record=False`` leaves out the CUDA event after the copy (an event record costs the serving
+    thread ~5 µs on a busy host): the caller then ``bind``s an event of the engine's that follows
+    the copy in stream order, or ``seal``s the copy (an event recorded then, on the stream the copy
+    was queued on). A copy that is neither refuses to resolve rather than return unfinished data.
+    """
 
-    def __init__(self, tensor: Any) -> None:
-        if tensor.device.type == "cuda":
-            self._fill(tuple(tensor.shape), tensor.dtype, lambda host: host.copy_(tensor, non_blocking=True))
+    __slots__ = ("_host", "_wait", "_entry", "_key", "_stream")
+
+    def __init__(self, tensor: Any, record: bool = True) -> None:
+        self._stream: Any = None
+        if tensor.is_cuda:
+            if not record:
+                self._stream = _raw_stream(tensor)
+                record = self._stream is None
+            self._fill(
+                tuple(tensor.shape), tensor.dtype, lambda host: host.copy_(tensor, non_blocking=True), record
+            )
         else:
             # The engine may reuse its buffers in place; a CPU clone of a few kB is the safe choice.
             self._host = tensor.detach().clone()
-            self._event: Any = None
-            self._buf: Any = None
+            self._wait: Any = None
+            self._entry: Any = None
             self._key: Any = None
 
     @classmethod
@@ -97,41 +136,105 @@ class HostCopy(Deferred):
         """A pinned buffer that ``write(host)`` fills from the device: it queues the copy or kernel
         (``host`` is the pinned tensor, addressable from the device); the event follows it."""
         self = cls.__new__(cls)
-        self._fill(shape, dtype, write)
+        self._stream = None
+        self._fill(shape, dtype, write, True)
         return self
 
-    def _fill(self, shape: tuple[int, ...], dtype: Any, write: Callable[[Any], Any]) -> None:
+    def _fill(self, shape: tuple[int, ...], dtype: Any, write: Callable[[Any], Any], record: bool) -> None:
         numel = math.prod(shape)
-        key, buf, event = PINNED.take(dtype, numel)
-        host = buf[:numel].view(shape)
+        key, entry = PINNED.take(dtype, numel)
+        host = entry.view(numel)
+        if len(shape) != 1:
+            host = host.view(shape)
         try:
             write(host)
         except BaseException:
-            PINNED.give(key, buf, event)
+            PINNED.give(key, entry)
             raise
-        event.record()
-        self._event, self._buf, self._key, self._host = event, buf, key, host
+        if record:
+            entry.event.record()
+            self._wait = entry.event
+        else:
+            self._wait = None
+        self._entry, self._key, self._host = entry, key, host
+
+    @property
+    def unsealed(self) -> bool:
+        """A device copy with no event to wait on yet (``record=False``, neither bound nor sealed)."""
+        return self._entry is not None and self._wait is None
+
+    def bind(self, event: Any) -> None:
+        """The copy is done once ``event`` is: an event recorded after the copy in stream order."""
+        if self.unsealed:
+            self._wait = event
+
+    def seal(self) -> None:
+        """Record this copy's event now, on the stream the copy was queued on (later than needed,
+        never too early)."""
+        if self.unsealed and self._stream is not None:
+            import torch
+
+            ptr, device = self._stream
+            self._entry.event.record(torch.cuda.ExternalStream(ptr, device=device))
+            self._wait = self._entry.event
+
+    def order_after(self) -> None:
+        """Make the current stream wait (on the device) until this copy has been made, and so for
+        everything queued before it on its stream. No-op on CPU or once resolved."""
+        self.seal()
+        if self._wait is not None:
+            import torch
+
+            torch.cuda.current_stream().wait_event(self._wait)
 
     def resolve(self) -> Any:
-        if self._event is None:
+        if self._entry is None:
             return self._host.numpy()
-        wait_event(self._event)
+        if self._wait is None:
+            raise RuntimeError("a device copy resolved before any event followed it")
+        wait_event(self._wait, once=self._wait is not self._entry.event)  # bound to the engine's
         out = self._host.numpy().copy()  # the pinned buffer goes back to the pool
-        PINNED.give(self._key, self._buf, self._event)
-        self._event = None
-        self._host = self._buf = None
+        PINNED.give(self._key, self._entry)
+        self._wait = self._entry = None
         self._host = _Frozen(out)
         return out
 
 
-def wait_event(event: Any) -> None:
+class EngineCopy(Deferred):
+    """A host tensor the engine copies into itself, non-blocking, for its own result processing;
+    readable once the engine's event ``ready`` has completed. Reading it instead of starting a copy
+    of our own costs the serving thread nothing. The tensor is held, unchanged, until this is
+    dropped: the engine allocates such a copy per step and never writes it again."""
+
+    __slots__ = ("_host", "_ready")
+
+    def __init__(self, host: Any, ready: Any) -> None:
+        self._host, self._ready = host, ready
+
+    def resolve(self) -> Any:
+        if self._ready is not None:
+            wait_event(self._ready, once=True)
+            self._ready = None
+        return self._host.numpy()
+
+
+_last_done: list[Any] = [None]  # the last engine event seen complete (on the sender thread)
+
+
+def wait_event(event: Any, once: bool = False) -> None:
     """Wait for a CUDA event by polling it between short sleeps. ``synchronize()`` would do, if it is
     sure to release the GIL for the whole wait; sleeping surely does, so the serving thread never
-    waits on the device through us, and no CPU core spins."""
+    waits on the device through us, and no CPU core spins. ``once``: an engine's event that is never
+    recorded again (SGLang's ``copy_done``, one per step, shared by a step's copies): queried once
+    for all of them. Never for our pooled events, which are recorded again for the next copy."""
+    if once and event is _last_done[0]:
+        return
     delay = 5e-5
     while not event.query():
         time.sleep(delay)
         delay = min(delay * 2, 1e-3)
+    if once:
+        _last_done[0] = event
 
 
 class _Frozen:

@@ -161,6 +161,62 @@ def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint
     return pending
 
 
+_side_streams: dict[int, Any] = {}
+
+
+class SnapshotFingerprint(Deferred):
+    """A fingerprint taken in two halves: on the serving thread, a device copy of the rows to
+    reduce (at most ``MAX_DEVICE_ROWS``, evenly strided) and an event; on the sender thread,
+    ``resolve()`` runs ``fingerprint()`` on that copy, on a stream of its own that waits for the
+    event on the device. Triton's launcher spends tens of microseconds of Python per kernel; this
+    way the serving thread spends none of them. Resolves to a ``Fingerprint``."""
+
+    __slots__ = ("_snap", "_event", "slots", "rows_total")
+
+    def __init__(self, snap: Any, event: Any, slots: int, rows_total: int) -> None:
+        self._snap, self._event, self.slots, self.rows_total = snap, event, slots, rows_total
+
+    def resolve(self) -> Fingerprint:
+        import torch
+
+        snap = self._snap
+        if snap is None:
+            raise RuntimeError("a fingerprint snapshot resolved twice")
+        index = snap.get_device()
+        stream = _side_streams.get(index)
+        if stream is None:
+            stream = _side_streams[index] = torch.cuda.Stream(device=index)
+        with torch.cuda.device(index), torch.cuda.stream(stream):
+            stream.wait_event(self._event)  # on the device: no host wait
+            pending = fingerprint(snap, self.slots, clone=False)
+        pending.rows_total = self.rows_total
+        try:
+            return pending.resolve()  # waits for its result copy; the snapshot is read by then
+        finally:
+            self._snap = None
+
+
+def fingerprint_snapshot(x: Any, slots: int) -> PendingFingerprint | SnapshotFingerprint:
+    """``fingerprint(x, slots)`` for the serving path: on CUDA only a copy of the (sampled) rows
+    and an event are queued here (``SnapshotFingerprint``); elsewhere the same as ``fingerprint``.
+    The copy matters: under CUDA graphs the aux tensor is a graph output buffer the next step
+    overwrites."""
+    if not getattr(x, "is_cuda", False):
+        return fingerprint(x, slots)
+    import torch
+
+    total = x.shape[-1]
+    if slots <= 0 or total % slots:
+        raise ValueError(f"aux width {total} is not divisible into {slots} slots")
+    x2 = x.reshape(-1, total)
+    rows = int(x2.shape[0])
+    step = -(-rows // MAX_DEVICE_ROWS)
+    snap = (x2[::step] if step > 1 else x2).clone()
+    event = torch.cuda.Event()
+    event.record()
+    return SnapshotFingerprint(snap, event, slots, rows)
+
+
 def _device_result(x3: Any) -> Any:
     """The raw stats on their way to the host (a ``HostCopy``)."""
     from . import fingerprint_cuda as fc

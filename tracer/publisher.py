@@ -29,7 +29,11 @@ log = logging.getLogger("eagle3_top.publisher")
 
 DEFAULT_QUEUE = 4096
 DEFAULT_SNDHWM = 10_000
-FLUSH_INTERVAL_S = 0.02  # worst-case latency the sender adds, and its wake-up rate when idle
+# Worst-case latency the sender adds, and its wake-up rate. Each wake-up is a stretch of Python
+# that wants the GIL while the scheduler's thread does, and every GIL hand-over costs the serving
+# thread: on the H100 host a scheduler-like loop kept 0.887 of its rate waking every 20 ms and
+# 0.919 every 100 ms (benchmarks/bench_serving_path.py). A monitor repaints once a second.
+FLUSH_INTERVAL_S = 0.1
 
 
 class EndpointError(ValueError):
@@ -106,6 +110,7 @@ class Publisher(TracerState):
         hello_interval_s: float = 5.0,
         health_interval_s: float = 1.0,
         context: zmq.Context | None = None,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
     ) -> None:
         check_bind_endpoint(endpoint, allow_remote)
         super().__init__()
@@ -113,6 +118,7 @@ class Publisher(TracerState):
         self.source = source
         self.src = source.key
         self.queue_size = queue_size
+        self.flush_interval_s = flush_interval_s
         self.sent = 0
         self.dropped = 0
         self.encode_errors = 0
@@ -167,7 +173,7 @@ class Publisher(TracerState):
             self.dropped += 1
             return False
         self._queue.append((kind, seq, time.time(), body))
-        # The sender wakes on its own every FLUSH_INTERVAL_S; waking it per event would hand the
+        # The sender wakes on its own every flush_interval_s; waking it per event would hand the
         # GIL back and forth once per verify step. Only a filling queue calls it early.
         if self._idle and len(self._queue) >= self._wake_depth:
             self._wake.set()
@@ -297,7 +303,7 @@ class Publisher(TracerState):
                     break
                 self._idle = True
                 if not queue:
-                    self._wake.wait(FLUSH_INTERVAL_S)
+                    self._wake.wait(self.flush_interval_s)
                 self._wake.clear()
                 self._idle = False
             while queue:

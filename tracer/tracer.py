@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .fingerprint import fingerprint
+from .fingerprint import fingerprint_snapshot
 from .pending import DeferredAux, DeferredProbe, DeferredStep
 from .publisher import MemoryPublisher, Publisher
 from .schema import AUX, PROBE, STEP, is_probe_rid
@@ -110,7 +110,7 @@ class Tracer:
 
     def make_step(
         self,
-        rids: Sequence[str],
+        rows: Sequence[Any],
         draft: Any,
         accept_lens: Any,
         next_tokens: Any,
@@ -118,22 +118,32 @@ class Tracer:
         topk: int = 1,
         retrieve: tuple[Any, Any] | None = None,
         dt: float = 0.0,
+        late: bool = False,
+        seal_later: bool = False,
     ) -> DeferredStep | None:
         """One verify step whose copies have started, to publish now or once the engine has judged
         its rows (``DeferredStep.discard``, then ``publish_step``). None for an idle batch.
-        ``accept_lens`` counts the bonus token (SGLang's convention)."""
-        if not rids:
+        ``rows``: rids or request objects with a ``rid``, in row order. ``accept_lens`` counts the
+        bonus token (SGLang's convention). ``late``: copy only the draft now; the engine's own host
+        copies of the rest are supplied before publishing (``DeferredStep.supply``), and with
+        ``seal_later`` the event they come with stands for the draft copy's too."""
+        if not rows:
             return None
         step = self.steps
         self.steps = step + 1
-        return DeferredStep(step, list(rids), topk, dt, draft, accept_lens, next_tokens, retrieve)
+        return DeferredStep(
+            step, rows, topk, dt, draft, accept_lens, next_tokens, retrieve, late=late, seal_later=seal_later
+        )
 
     def publish_step(self, step: DeferredStep | None) -> None:
         if step is None:
             return
+        if step.late:
+            step.copy_late()
+        step.seal()
         if step.discarded:
             self.publisher.discarded_rows += step.discarded
-        if step.rids:  # every row discarded (a batch that had all finished): no step to count
+        if step.rows:  # every row discarded (a batch that had all finished): no step to count
             self.publisher.publish(STEP, step)
 
     def want_aux(self) -> bool:
@@ -146,7 +156,7 @@ class Tracer:
     def record_aux(self, hidden: Any, where: str = "fc_input") -> None:
         """Fingerprint the aux states a draft consumed (call only when ``want_aux()`` said so)."""
         width = self._slot_width or hidden.shape[-1]
-        fp = fingerprint(hidden, max(hidden.shape[-1] // width, 1))
+        fp = fingerprint_snapshot(hidden, max(hidden.shape[-1] // width, 1))
         self.publisher.publish(AUX, DeferredAux(self.steps, where, fp))
 
     @staticmethod

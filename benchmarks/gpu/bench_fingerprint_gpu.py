@@ -308,6 +308,45 @@ def main() -> int:
         "events": kinds,
     }
     print("sync_debug_mode('error'):", res["sync_debug"])
+    # the serving path's two halves: the snapshot on the serving thread, the reduction on the
+    # sender's (here a second thread); no host sync in either, and an overwrite of the engine's
+    # buffer right after the snapshot (a CUDA graph's next replay) must not change the result
+    import threading
+
+    from eagle3_top.tracer.fingerprint import fingerprint_snapshot
+
+    live = x.clone()
+    fingerprint_snapshot(live, slots).resolve()  # warm-up: the sender's stream
+    before = live.clone()
+    got: list[Any] = []
+    snap_raised = None
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        snap = fingerprint_snapshot(live, slots)
+        live.mul_(3.0)
+        th = threading.Thread(target=lambda: got.append(snap.resolve()))
+        th.start()
+        th.join()
+    except Exception as exc:
+        snap_raised = f"{type(exc).__name__}: {exc}"
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    ref = fingerprint(before, slots).resolve()
+    snap_ok = bool(
+        got
+        and got[0].rows_total == ref.rows_total
+        and np.allclose(got[0].rms, ref.rms, rtol=1e-3)
+        and np.allclose(got[0].sketch, ref.sketch, rtol=1e-3, atol=1e-4)
+    )
+    res["snapshot"] = {"raised": snap_raised, "agrees_with_fingerprint": snap_ok, "resolved": len(got)}
+    print("serving-path snapshot (sync_debug 'error', resolved on a second thread):", res["snapshot"])
+    ok_all &= snap_ok and snap_raised is None
+    t_snap = gpu_time_us(lambda: fingerprint(x[:: -(-R // MAX_DEVICE_ROWS)].clone(), slots, clone=False))
+    res["snapshot_path_gpu_us"] = t_snap
+    res["snapshot_path_ratio"] = t_snap / floor
+    print(
+        f"serving path's GPU work, snapshot copy + fingerprint() of it: {t_snap:.2f} us = {t_snap / floor:.2f} x floor"
+    )
     t_rec = gpu_time_us(lambda: guarded(tracer, batch, result, 0.0), 50)
     res["verify_record_gpu_us"] = t_rec
     print(f"verify record path (step + aux fingerprint), GPU time: {t_rec:.2f} us")
@@ -319,9 +358,12 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
-    good = ok_all and raised is None and pub.hook_errors == 0 and (res["default_ratio"] <= 2.0)
+    good = ok_all and raised is None and pub.hook_errors == 0 and (res["snapshot_path_ratio"] <= 2.0)
     print(
-        "RESULT", "PASS" if good else "FAIL", f"fingerprint() end to end = {res['default_ratio']:.2f} x floor"
+        "RESULT",
+        "PASS" if good else "FAIL",
+        f"fingerprint() end to end = {res['default_ratio']:.2f} x floor; the serving path's "
+        f"(snapshot + fingerprint) = {res['snapshot_path_ratio']:.2f} x floor",
     )
     return 0 if good else 1
 

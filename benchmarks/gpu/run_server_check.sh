@@ -11,12 +11,13 @@
 # CUDA graphs on, tracer on. A plain pyzmq subscriber records each from before its start (so warm-up
 # and HEALTH_CHECK requests are seen); compare_check.py checks hello and step rows against
 # /get_server_info and meta_info.
-# Throughput: then one server at a time on the GPU, same flags as G1, decode tokens/s at batch 1
-# (1536 tokens) and 32 (512 tokens each), 6 rounds each. Phase AB (default): one traced server with a
-# subscriber attached, alternating tracer recording (T) and paused through EAGLE3_TOP_PAUSE_FILE (P),
-# in ABBA order: the same process, so server-to-server variance (±20% seen on this machine between
-# identical servers) stays out of the ratio median(T) / median(P). Phases T1, T2 (traced) and N (no
-# tracer, no plugin active) compare separate servers instead. PHASES="AB N" picks phases and order.
+# Throughput: then one server at a time on the GPU, same flags as G1. Phase AB (default): one traced
+# server with a subscriber attached, tracer recording (T) and paused through EAGLE3_TOP_PAUSE_FILE
+# (P) in ABBA order, AB_ROUNDS (20) pairs at batch 1 (2048 tokens) and 32 (1536 tokens each), by
+# ab_overhead.py: the median of the paired ratios with a 95% interval, and SGLang's own decode log
+# per arm. The same process, so server-to-server variance (±20% seen on this machine between
+# identical servers) stays out of the ratio. Phases T1, T2 (traced) and N (no tracer, no plugin
+# active) compare separate servers instead, 6 runs each. PHASES="AB N" picks phases and order.
 # SKIP_TPUT=1: the check only; ONLY_TPUT=1: the throughput only; DEADLINE_S: seconds after T_START
 # by which everything must be done (phases that would not fit are skipped, and say so).
 set -u
@@ -84,28 +85,26 @@ for ph in ${PHASES:-AB}; do
   P=$((P + 1))
   if [ "$ph" = N ]; then serve "$ph" /tmp/mt $P - $GRAPH; else serve "$ph" /tmp/mt $P $((P + 2000)) $GRAPH; fi
   wait_ready "$ph" $P || continue
+  if [ "$ph" = AB ]; then  # the same server, tracer recording (T) and paused (P): ab_overhead.py
+    for bs in 1 32; do
+      n=2048; [ $bs = 32 ] && n=1536  # runs of ~2 s: whole seconds of SGLang's log inside them
+      python3 "$B/ab_overhead.py" $P "$EAGLE3_TOP_PAUSE_FILE" "$OUT/server_$ph.log" "$OUT/ab_bs$bs.json" \
+        --bs $bs --ntok $n --rounds "${AB_ROUNDS:-20}" | tee -a "$OUT/ab.txt"
+    done
+  else
   for bs in 1 32; do
     n=1536; [ $bs = 32 ] && n=512
     python3 "$B/server_client.py" tput $P $bs 64 >/dev/null
     for round in 1 2 3 4 5 6; do
-      if [ "$ph" = AB ]; then  # the same server, tracer recording (T) and paused (P), order alternating
-        first=T; [ $((round % 2)) = 0 ] && first=P
-        for tag in $first $([ $first = T ] && echo P || echo T); do
-          if [ $tag = P ]; then touch "$EAGLE3_TOP_PAUSE_FILE"; else rm -f "$EAGLE3_TOP_PAUSE_FILE"; fi
-          sleep 1.2  # the tracer looks at the pause file twice a second
-          measure $tag $P $bs $n
-        done
-        rm -f "$EAGLE3_TOP_PAUSE_FILE"
-      else
-        measure "${ph:0:1}" $P $bs $n
-      fi
+      measure "${ph:0:1}" $P $bs $n
     done
   done
+  fi
   touch "$OUT/stop_$ph"; stop "$ph"
   reap "$ph"
   [ -f "$OUT/subpid_$ph" ] && { wait "$(cat $OUT/subpid_$ph)" 2>/dev/null; cat "$OUT/sub_$ph.log"; }
 done
-python3 - "$OUT/tput.txt" <<'PY'
+[ -f "$OUT/tput.txt" ] && python3 - "$OUT/tput.txt" <<'PY'
 import json, sys, statistics as st
 d = {}
 for line in open(sys.argv[1]):

@@ -11,10 +11,12 @@ the device (no ``.item()``, ``.tolist()``, ``.cpu()``, boolean masks).
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable
 from typing import Any
 
+from eagle3_top.tracer.deferred import EngineCopy
 from eagle3_top.tracer.pending import DeferredStep
 from eagle3_top.tracer.tracer import Tracer
 
@@ -27,14 +29,33 @@ VERIFY_INPUT_ATTRS = (
     "retrieve_next_sibling",
 )
 RESULT_ATTRS = ("accept_lens", "next_token_ids", "logits_output")
-STEP_ATTR = "_eagle3_top_step"  # (tracer, DeferredStep) held on the verify result until it is processed
+# Whether the last held step found SGLang's own host copies of accept_lens and next_token_ids
+# (with their copy_done event) when its result was processed: then the next draft copy is queued
+# without an event of ours, and copy_done stands for it (it follows ours in stream order).
+ENGINE_COPIES = {"seen": False}
+STEP_ATTR = "_eagle3_top_step"
+_FINISHED_REASON = operator.attrgetter("finished_reason")
+_RETRACTED = operator.attrgetter(
+    "is_retracted"
+)  # (tracer, DeferredStep) held on the verify result until it is processed
+
+
+_stream_capturing: Callable[[], bool] | None = None
 
 
 def _capturing() -> bool:
-    try:
-        import torch
+    global _stream_capturing
+    if _stream_capturing is None:
+        try:
+            import torch
 
-        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+            _stream_capturing = (
+                torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
+            )
+        except Exception:
+            _stream_capturing = lambda: False  # noqa: E731
+    try:
+        return bool(_stream_capturing())
     except Exception:
         return False
 
@@ -50,8 +71,10 @@ def _is_idle(batch: Any) -> bool:
 def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0, hold: bool = False) -> bool:
     """Hand one verify step to the tracer. Returns False when the step was skipped.
 
-    ``hold``: keep the step on ``result`` for ``release_step`` instead of publishing it now.
-    Call inside ``tracer.guarded`` (``make_around_verify`` does).
+    ``hold``: keep the step on ``result`` for ``release_step`` instead of publishing it now. Then only
+    the draft is copied here: SGLang copies ``accept_lens`` and ``next_token_ids`` to the host itself
+    before it processes the result (``GenerationBatchResult.copy_to_cpu``), and ``release_step``
+    reads those. Call inside ``tracer.guarded`` (``make_around_verify`` does).
     """
     if result is None or _capturing():
         return False
@@ -69,10 +92,23 @@ def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0, hold
     # shapes are host-side metadata: reading them does not touch the device
     if n <= 0 or draft.numel() != bs * n or accept_lens.numel() != bs or next_tokens.numel() != bs * n:
         return False  # a layout we do not know (padded batch, adaptive width): skip, do not guess
-    rids = [str(r.rid) for r in reqs]
     topk = int(getattr(si, "topk", 1) or 1)
     retrieve = (si.retrieve_next_token, si.retrieve_next_sibling) if topk > 1 else None
-    step = tracer.make_step(rids, draft, accept_lens, next_tokens, topk=topk, retrieve=retrieve, dt=dt)
+    # the requests themselves, in row order: their rids are read on the sender thread; one read
+    # here, so that a request type we do not know is a hook error (counted, and the tracer switches
+    # itself off after a few) rather than a failure on the sender for every step
+    reqs[0].rid  # noqa: B018
+    step = tracer.make_step(
+        list(reqs),
+        draft,
+        accept_lens,
+        next_tokens,
+        topk=topk,
+        retrieve=retrieve,
+        dt=dt,
+        late=hold,
+        seal_later=hold and ENGINE_COPIES["seen"],
+    )
     if step is not None:
         if hold:
             try:
@@ -81,15 +117,11 @@ def record_verify(tracer: Tracer, batch: Any, result: Any, dt: float = 0.0, hold
                 hold = False
         if not hold:
             tracer.publish_step(step)
-    lo = getattr(result, "logits_output", None)
-    hidden = getattr(lo, "hidden_states", None) if lo is not None else None
-    if (
-        hidden is not None
-        and getattr(hidden, "dim", lambda: 0)() == 2
-        and hidden.shape[0] > 0
-        and tracer.want_aux()
-    ):
-        tracer.record_aux(hidden, where="verify_aux")
+    if tracer.want_aux():
+        lo = getattr(result, "logits_output", None)
+        hidden = getattr(lo, "hidden_states", None) if lo is not None else None
+        if hidden is not None and getattr(hidden, "dim", lambda: 0)() == 2 and hidden.shape[0] > 0:
+            tracer.record_aux(hidden, where="verify_aux")
     return True
 
 
@@ -157,21 +189,45 @@ def make_around_forward(get_tracer: Callable[[Any], Tracer | None]) -> Callable[
     return around
 
 
-def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep) -> None:
+def _host_copy(t: Any, numel: int) -> bool:
+    """``t`` is a host tensor of ``numel`` elements (SGLang's copy of a verify result)."""
+    return (
+        getattr(t, "is_cuda", True) is False and getattr(t, "device", None) is not None and t.numel() == numel
+    )
+
+
+def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep, result: Any = None) -> None:
     """Publish a held step, without the rows SGLang is about to skip.
 
     Runs before SGLang processes the result, so ``req.finished()`` still says whether the request
     had finished before this verify's tokens: exactly SGLang's own skip test
-    (``process_batch_result_decode``). Host-side flags only; the copies were started at verify.
+    (``process_batch_result_decode``). The accept lengths and tokens are SGLang's own host copies of
+    them (``result.copy_done`` says when they are there) when it made them; otherwise they are
+    copied now. Host-side flags and attribute reads only.
     """
+    if step.late and result is not None:
+        done = getattr(result, "copy_done", None)
+        acc = getattr(result, "accept_lens", None)
+        nxt = getattr(result, "next_token_ids", None)
+        bs, n = step.shape
+        seen = done is not None and _host_copy(acc, bs) and _host_copy(nxt, bs * n)
+        if seen:
+            step.supply(EngineCopy(acc, done), EngineCopy(nxt, done), ready=done)
+        ENGINE_COPIES["seen"] = seen
     reqs = getattr(batch, "reqs", None)
     overlap = bool(
         getattr(scheduler, "enable_overlap", False) or getattr(scheduler, "enable_overlap_mlx", False)
     )
-    if overlap and reqs is not None and len(reqs) == len(step.rids):
-        gone = [bool(r.finished() or r.is_retracted) for r in reqs]
-        if any(gone) and all(str(r.rid) == rid for r, rid in zip(reqs, step.rids, strict=True)):
-            step.discard(gone)
+    if overlap and reqs is not None and step.same_rows(reqs):
+        # Req.finished() is `finished_reason is not None` (0.5.17 to 0.5.23). This runs for every
+        # row of every step, so the common case (nothing gone) is read with C-level maps
+        try:
+            reasons = list(map(_FINISHED_REASON, reqs))
+        except AttributeError:  # a request type without the attribute: SGLang's own test, slower
+            step.discard([bool(r.finished() or r.is_retracted) for r in reqs])
+        else:
+            if reasons.count(None) != len(reasons) or any(map(_RETRACTED, reqs)):
+                step.discard([f is not None or r.is_retracted for f, r in zip(reasons, reqs, strict=True)])
     tracer.publish_step(step)
 
 
@@ -190,7 +246,7 @@ def make_around_process_result(on_call: Callable[[], None] = lambda: None) -> Ca
                 setattr(result, STEP_ATTR, None)
                 tracer, step = held
                 if tracer.enabled:
-                    tracer.hook(release_step)(tracer, self, batch, step)
+                    tracer.hook(release_step)(tracer, self, batch, step, result)
         except Exception:  # never in the server's way; release_step's own errors are counted
             pass
         return original(self, batch, result, *a, **kw)

@@ -25,7 +25,7 @@ def main(root: str, tied: bool) -> None:
     tgt, drf = os.path.join(root, "tgt"), os.path.join(root, "draft")
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=FFN, num_hidden_layers=L,
-                      num_attention_heads=NH, num_key_value_heads=NKV, max_position_embeddings=2048,
+                      num_attention_heads=NH, num_key_value_heads=NKV, max_position_embeddings=8192,
                       rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)  # fmt: skip
     m = LlamaForCausalLM(cfg).to(torch.bfloat16)
     if tied:
@@ -36,7 +36,7 @@ def main(root: str, tied: bool) -> None:
     os.makedirs(drf, exist_ok=True)
     dcfg = dict(architectures=["LlamaForCausalLMEagle3"], model_type="llama", hidden_size=H,
                 intermediate_size=FFN, num_attention_heads=NH, num_key_value_heads=NKV,
-                num_hidden_layers=1, vocab_size=V, draft_vocab_size=DV, max_position_embeddings=2048,
+                num_hidden_layers=1, vocab_size=V, draft_vocab_size=DV, max_position_embeddings=8192,
                 rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu", tie_word_embeddings=False,
                 torch_dtype="bfloat16", bos_token_id=1, eos_token_id=2, target_hidden_size=H,
                 eagle_config={"eagle_aux_hidden_state_layer_ids": AUX, "use_aux_hidden_state": True})  # fmt: skip
