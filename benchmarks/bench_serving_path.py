@@ -53,6 +53,16 @@ def _drain(endpoint: str, stop: Any, out: Any) -> None:
     out.put(n)
 
 
+class _Done:
+    """SGLang's ``copy_done`` on a machine without CUDA: a copy that is done at once."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+
 class Workload:
     """SGLang-shaped verify objects of one batch size, and SGLang's own result copy."""
 
@@ -88,7 +98,12 @@ class Workload:
     def sglang_copy(self, result: Any) -> None:
         """What SGLang does between verify and processing (0.5.17 ``copy_to_cpu``); not ours."""
         torch = self.torch
-        if self.dev != "cuda":
+        if self.dev != "cuda":  # the same on CPU, so that CI times the path a GPU server takes
+            result.copy_done = _Done()
+            result.accept_lens, result.next_token_ids = (
+                result.accept_lens.clone(),
+                result.next_token_ids.clone(),
+            )
             return
         result.copy_done = torch.cuda.Event()
         for name in ("accept_lens", "next_token_ids"):

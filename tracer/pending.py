@@ -18,6 +18,7 @@ from .fingerprint import PendingFingerprint, SnapshotFingerprint
 from .schema import aux_body, probe_body, step_body
 
 _RID = operator.attrgetter("rid")
+_COLUMNS: dict[int, np.ndarray] = {}  # [1, n] column indices, by verify width (a handful of widths)
 
 
 def parents_from_retrieve(next_token: np.ndarray, next_sibling: np.ndarray) -> np.ndarray:
@@ -154,9 +155,12 @@ class DeferredStep(Deferred):
         bs = len(self._rows)
         draft = draft.reshape(bs, -1)
         n = draft.shape[1]
-        accept_lens = self._accept_lens.resolve().astype(np.int32).reshape(bs)
+        accept_lens = np.asarray(self._accept_lens.resolve(), dtype=np.int32).reshape(bs)
         nxt = self._next.resolve().reshape(bs, n)
-        keep = np.arange(n)[None, :] < accept_lens[:, None]
+        cols = _COLUMNS.get(n)
+        if cols is None:
+            cols = _COLUMNS[n] = np.arange(n)[None, :]
+        keep = cols < accept_lens[:, None]
         parents = None
         if self._retrieve is not None and self.topk > 1:
             parents = parents_from_retrieve(
