@@ -36,21 +36,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.common import machine
-
-
-def _drain(endpoint: str, stop: Any, out: Any) -> None:
-    import zmq
-
-    sock = zmq.Context.instance().socket(zmq.SUB)
-    sock.connect(endpoint)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    n = 0
-    while not stop.is_set():
-        if sock.poll(100):
-            sock.recv()
-            n += 1
-    out.put(n)
+from benchmarks.common import drain_subscriber, machine
 
 
 class _Done:
@@ -364,7 +350,7 @@ def scheduler_loop(
     subs = []
     for p in pubs.values():
         stop, got = ctx.Event(), ctx.Queue()
-        proc = ctx.Process(target=_drain, args=(p.bound_endpoint, stop, got), daemon=True)
+        proc = ctx.Process(target=drain_subscriber, args=(p.bound_endpoint, stop, got), daemon=True)
         proc.start()
         subs.append((stop, got, proc))
     time.sleep(1.5)

@@ -14,21 +14,7 @@ import multiprocessing as mp
 import statistics
 import time
 
-import zmq
-
-from benchmarks.common import machine
-
-
-def _drain(endpoint: str, stop: mp.Event, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    sock = zmq.Context.instance().socket(zmq.SUB)
-    sock.connect(endpoint)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    n = 0
-    while not stop.is_set():
-        if sock.poll(100):
-            sock.recv()
-            n += 1
-    out.put(n)
+from benchmarks.common import drain_subscriber, machine
 
 
 def run(batch: int = 8, rounds: int = 40, steps_per_round: int = 40) -> dict[str, float]:
@@ -43,7 +29,7 @@ def run(batch: int = 8, rounds: int = 40, steps_per_round: int = 40) -> dict[str
     tracer = Tracer(pub)
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
-    sub = ctx.Process(target=_drain, args=(pub.bound_endpoint, stop, out), daemon=True)
+    sub = ctx.Process(target=drain_subscriber, args=(pub.bound_endpoint, stop, out), daemon=True)
     sub.start()
     time.sleep(1.0)
     engine.run(max_steps=20)  # warm-up: first batch prefill, allocator

@@ -7,6 +7,7 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,3 +64,19 @@ def rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def drain_subscriber(endpoint: str, stop: Any, out: Any) -> None:
+    """A subscriber process's body: receive everything from ``endpoint`` until ``stop`` (an
+    ``mp.Event``) is set, then put the count on ``out`` (an ``mp.Queue``)."""
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.SUB)
+    sock.connect(endpoint)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    n = 0
+    while not stop.is_set():
+        if sock.poll(100):
+            sock.recv()
+            n += 1
+    out.put(n)
