@@ -22,6 +22,9 @@ iterations per second with the tracer off, with the hooks on and the sender idle
 ``Publisher``'s sender busy (a subscriber process draining it), rotating round by round, so the
 hooks' own cost and the sender thread's share of the GIL show apart.
 
+Before timing anything it checks that the shipped hooks publish the right steps, through SGLang's
+host copies and without them (``--check-only``: just that).
+
 On a CUDA machine the tensors are on the GPU (the figures that matter: the scheduler host's);
 without one, on CPU, so the CI box sees regressions of the Python path.
 """
@@ -153,6 +156,41 @@ def _now_hooks(get_tracer: Any) -> tuple[Any, Any]:
     from eagle3_top.hooks.sglang.verify import make_around_process_result, make_around_verify
 
     return make_around_verify(get_tracer, hold=lambda: True), make_around_process_result()
+
+
+def check_paths(torch: Any, dev: str) -> dict[str, bool]:
+    """What is timed is right: the shipped hooks' step, through SGLang's host copies and without
+    them (copied when the result is processed, after the verify on the device), equals the tensors,
+    twice in a row (the second draft copy has no event of its own: SGLang's stands for it)."""
+    import numpy as np
+    from eagle3_top.tracer.publisher import MemoryPublisher
+    from eagle3_top.tracer.tracer import Tracer
+
+    out = {}
+    for name, engine_copies in (("with SGLang's host copies", True), ("without them", False)):
+        w = Workload(torch, dev, 3, 4)
+        pub = MemoryPublisher()
+        tracer = Tracer(pub, aux_interval_s=1e9)  # type: ignore[arg-type]
+        av, ap = _now_hooks(lambda _w, t=tracer: t)
+        ok = True
+        for _ in range(2):
+            r = w.result()
+            res = av(lambda _s, _b, r=r: r, None, w.batch)
+            if engine_copies:
+                w.sglang_copy(res)
+            ap(lambda _s, _b, _r: None, w.scheduler, w.batch, res)
+        bodies = pub.bodies("step")
+        acc = w.accept.cpu().numpy()
+        keep = np.arange(w.n)[None, :] < acc[:, None]
+        tokens = w.tokens.cpu().numpy().reshape(w.bs, w.n)[keep]
+        for b in bodies:
+            ok &= b["rids"] == [r.rid for r in w.reqs]
+            ok &= np.array_equal(np.frombuffer(b["draft"], "<i4"), w.si.draft_token.cpu().numpy())
+            ok &= np.array_equal(np.frombuffer(b["accepted"], "<i4"), acc - 1)
+            ok &= np.array_equal(np.frombuffer(b["tokens"], "<i4"), tokens)
+        out[name] = bool(ok and len(bodies) == 2 and pub.hook_errors == 0)
+    print("published steps equal the tensors:", out)
+    return out
 
 
 def host_times(torch: Any, dev: str, quick: bool) -> dict[str, Any]:
@@ -448,6 +486,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--profile", action="store_true", help="also: cProfile of the shipped hooks")
     ap.add_argument("--split", action="store_true", help="loop arms: the sender without sends / encoding")
     ap.add_argument("--loop-only", action="store_true", help="only the scheduler-like loop")
+    ap.add_argument("--check-only", action="store_true", help="only check the published steps")
     ns = ap.parse_args(argv)
     import torch
 
@@ -457,6 +496,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         + (f", {torch.cuda.get_device_name(0)}" if dev == "cuda" else "")
     )
     res: dict[str, Any] = {"device": dev, "machine": machine(), "torch": torch.__version__}
+    res["checks"] = check_paths(torch, dev)
+    if not all(res["checks"].values()):
+        raise SystemExit("the shipped hooks published wrong steps: not timing them")
+    if ns.check_only:
+        return res
     if not ns.loop_only:
         if dev == "cuda":
             print("pieces, per call on this host:")
