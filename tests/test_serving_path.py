@@ -52,8 +52,16 @@ def _verify_objects(bs: int = 3, n: int = 4) -> tuple[Any, Any, dict[str, Any]]:
     return batch, result, expect
 
 
-def _hooks(tracer: Tracer) -> tuple[Any, Any]:
-    return make_around_verify(lambda _w: tracer, hold=lambda: True), make_around_process_result()
+def _held_step() -> tuple[MemoryPublisher, Any, Any, Any, dict[str, Any]]:
+    """A verify through the hook, its step held on the result: (publisher, the result hook, batch,
+    result, what the step must say)."""
+    pub = MemoryPublisher()
+    tracer = Tracer(pub)  # type: ignore[arg-type]
+    around_verify = make_around_verify(lambda _w: tracer, hold=lambda: True)
+    batch, result, expect = _verify_objects()
+    assert around_verify(lambda _s, _b: result, None, batch) is result
+    assert pub.events == []  # held on the result until SGLang processes it
+    return pub, make_around_process_result(), batch, result, expect
 
 
 def _published(pub: MemoryPublisher) -> Any:
@@ -77,12 +85,7 @@ def _same(view: Any, expect: dict[str, Any]) -> None:
 
 
 def test_a_held_step_reads_sglangs_own_host_copies_once_copy_done_says_so() -> None:
-    pub = MemoryPublisher()
-    tracer = Tracer(pub)  # type: ignore[arg-type]
-    around_verify, around_process = _hooks(tracer)
-    batch, result, expect = _verify_objects()
-    assert around_verify(lambda _s, _b: result, None, batch) is result
-    assert pub.events == []  # held on the result until SGLang processes it
+    pub, around_process, batch, result, expect = _held_step()
     # SGLang's copy_to_cpu: host copies replace the device tensors, copy_done follows them
     device_accept, device_tokens = result.accept_lens, result.next_token_ids
     result.accept_lens, result.next_token_ids = device_accept.clone(), device_tokens.clone()
@@ -101,11 +104,7 @@ def test_a_held_step_reads_sglangs_own_host_copies_once_copy_done_says_so() -> N
 
 
 def test_without_sglangs_copies_the_step_copies_them_when_processed() -> None:
-    pub = MemoryPublisher()
-    tracer = Tracer(pub)  # type: ignore[arg-type]
-    around_verify, around_process = _hooks(tracer)
-    batch, result, expect = _verify_objects()
-    around_verify(lambda _s, _b: result, None, batch)
+    pub, around_process, batch, result, expect = _held_step()
     # a release whose results stay on the device (no copy_done): ours are made at processing time
     around_process(lambda _s, _b, _r: None, SimpleNamespace(enable_overlap=False), batch, result)
     _same(_published(pub), expect)
@@ -113,11 +112,7 @@ def test_without_sglangs_copies_the_step_copies_them_when_processed() -> None:
 
 
 def test_overlap_leaves_out_the_rows_sglang_skips_without_reading_rids_on_the_serving_thread() -> None:
-    pub = MemoryPublisher()
-    tracer = Tracer(pub)  # type: ignore[arg-type]
-    around_verify, around_process = _hooks(tracer)
-    batch, result, expect = _verify_objects()
-    around_verify(lambda _s, _b: result, None, batch)
+    pub, around_process, batch, result, expect = _held_step()
     batch.reqs[1].finished_reason = "length"  # finished one step earlier: SGLang skips its row
     around_process(lambda _s, _b, _r: None, SimpleNamespace(enable_overlap=True), batch, result)
     view = _published(pub)

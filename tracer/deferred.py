@@ -101,7 +101,10 @@ def _raw_stream(tensor: Any) -> Any:
     import torch
 
     get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return None if get is None else (get(tensor.get_device()), tensor.get_device())
+    if get is None:
+        return None
+    device = tensor.get_device()
+    return get(device), device
 
 
 class HostCopy(Deferred):

@@ -133,6 +133,19 @@ class FingerprintAccumulator:
         return stats_to_fingerprint(self.raw, self.rows, self.slots, self.width)
 
 
+def _slot_width(total: int, slots: int) -> int:
+    if slots <= 0 or total % slots:
+        raise ValueError(f"aux width {total} is not divisible into {slots} slots")
+    return total // slots
+
+
+def _device_sample(x: Any) -> Any:
+    """On the device a large verify batch is fingerprinted on an evenly strided subset of its rows
+    (a view: no copy, no sync), so the cost stays near one read of MAX_DEVICE_ROWS rows."""
+    step = -(-int(x.shape[0]) // MAX_DEVICE_ROWS)
+    return x[::step] if step > 1 else x
+
+
 def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint:
     """Fingerprint a ``[..., slots * width]`` tensor (torch, any device, any float dtype).
 
@@ -143,19 +156,12 @@ def fingerprint(x: Any, slots: int, *, clone: bool = True) -> PendingFingerprint
     reduces them (torch releases the GIL in its kernels, so that runs beside the serving loop).
     ``clone=False`` is for callers that own ``x`` and will not change it (manifest building).
     """
-    total = x.shape[-1]
-    if slots <= 0 or total % slots:
-        raise ValueError(f"aux width {total} is not divisible into {slots} slots")
-    width = total // slots
+    width = _slot_width(x.shape[-1], slots)
     x3 = x.reshape(-1, slots, width)
     rows = int(x3.shape[0])
     if x3.device.type == "cpu":
         return PendingFingerprint(_CpuStats(x3.detach().clone() if clone else x3), rows, slots, width)
-    # On the device, a large verify batch is fingerprinted on an evenly strided subset of its rows
-    # (a view: no copy, no sync), so the cost stays near one read of MAX_DEVICE_ROWS rows.
-    step = -(-rows // MAX_DEVICE_ROWS)
-    if step > 1:
-        x3 = x3[::step]
+    x3 = _device_sample(x3)
     pending = PendingFingerprint(_device_result(x3), int(x3.shape[0]), slots, width)
     pending.rows_total = rows
     return pending
@@ -206,15 +212,12 @@ def fingerprint_snapshot(x: Any, slots: int) -> PendingFingerprint | SnapshotFin
     import torch
 
     total = x.shape[-1]
-    if slots <= 0 or total % slots:
-        raise ValueError(f"aux width {total} is not divisible into {slots} slots")
+    _slot_width(total, slots)
     x2 = x.reshape(-1, total)
-    rows = int(x2.shape[0])
-    step = -(-rows // MAX_DEVICE_ROWS)
-    snap = (x2[::step] if step > 1 else x2).clone()
+    snap = _device_sample(x2).clone()
     event = torch.cuda.Event()
     event.record()
-    return SnapshotFingerprint(snap, event, slots, rows)
+    return SnapshotFingerprint(snap, event, slots, int(x2.shape[0]))
 
 
 def _device_result(x3: Any) -> Any:

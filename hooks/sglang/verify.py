@@ -33,11 +33,9 @@ RESULT_ATTRS = ("accept_lens", "next_token_ids", "logits_output")
 # (with their copy_done event) when its result was processed: then the next draft copy is queued
 # without an event of ours, and copy_done stands for it (it follows ours in stream order).
 ENGINE_COPIES = {"seen": False}
-STEP_ATTR = "_eagle3_top_step"
+STEP_ATTR = "_eagle3_top_step"  # (tracer, DeferredStep) held on the verify result until it is processed
 _FINISHED_REASON = operator.attrgetter("finished_reason")
-_RETRACTED = operator.attrgetter(
-    "is_retracted"
-)  # (tracer, DeferredStep) held on the verify result until it is processed
+_RETRACTED = operator.attrgetter("is_retracted")
 
 
 _stream_capturing: Callable[[], bool] | None = None
@@ -191,9 +189,7 @@ def make_around_forward(get_tracer: Callable[[Any], Tracer | None]) -> Callable[
 
 def _host_copy(t: Any, numel: int) -> bool:
     """``t`` is a host tensor of ``numel`` elements (SGLang's copy of a verify result)."""
-    return (
-        getattr(t, "is_cuda", True) is False and getattr(t, "device", None) is not None and t.numel() == numel
-    )
+    return getattr(t, "is_cuda", True) is False and t.numel() == numel
 
 
 def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep, result: Any = None) -> None:
