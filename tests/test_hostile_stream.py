@@ -118,23 +118,28 @@ def test_escape_sequences_never_reach_the_terminal() -> None:
 
 
 def test_a_flood_of_invented_sources_is_bounded() -> None:
+    """Each frame a new source: the tables stay capped, memory stays flat, and the thousandth
+    eviction costs what the first did (no cost that grows with the sources ever seen)."""
     sub = offline_subscriber()
     sub.max_sources = 256
     book = EvidenceBook(max_sources=64)
     body = {"engine": {"name": "x"}}
+    batch_s: list[float] = []
     tracemalloc.start()
-    t0 = time.monotonic()
-    for i in range(0, 240_000, 512):
+    for i in range(0, 160_256, 512):
+        t = time.perf_counter()
         evs = [sub.decode_frame(encode(HELLO, f"fake{j}:1:r0", 0, 1.0, body)) for j in range(i, i + 512)]
         book.ingest([e for e in evs if e is not None], time.time())
+        batch_s.append(time.perf_counter() - t)
         if i == 20_480:
             base, _ = tracemalloc.get_traced_memory()
     now, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(sub.sources) <= 256 and len(book.sources) <= 64
-    assert sub.evicted_sources > 200_000 and book.dropped_sources > 200_000
+    assert sub.evicted_sources > 150_000 and book.dropped_sources > 150_000
     assert now < base + 4_000_000, f"memory grew from {base} to {now} bytes"
-    assert time.monotonic() - t0 < 60
+    early, late = sorted(batch_s[40:100])[30], sorted(batch_s[-60:])[30]  # medians, past warm-up
+    assert late < 3 * early, f"a batch took {early * 1e3:.1f} ms early, {late * 1e3:.1f} ms late"
     snap = take_snapshot(book, {}, time.time())
     assert snap.evicted_sources == book.dropped_sources
     sub.close()

@@ -149,10 +149,9 @@ def test_seek_and_speed_words() -> None:
 
 def wait_at_end(feed: ReplayFeed, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
-    while not (feed.position().at_end and not feed._moved):
+    while not (feed.position().at_end and feed.caught_up()):
         assert time.monotonic() < deadline, feed.position()
         time.sleep(0.02)
-    time.sleep(0.1)  # the findings run right after the last batch
 
 
 @pytest.mark.parametrize("speed", [None, 100.0])
@@ -181,10 +180,9 @@ def test_a_seek_back_rebuilds_the_book_as_it_stood_then(session: tuple[str, int]
         for at in (6.0, 2.5, 15.0, 6.0):  # acceptance fell at 10 s: at 6 s it was still high
             tl.seek_time(at)
             deadline = time.monotonic() + 10
-            while not (tl.position().delivered and tl._target is None and not feed._moved):
+            while not feed.caught_up():
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
-            time.sleep(0.1)
             assert figures(feed.book) == figures(book_of(path, T0_NS + int(at * 1e9))), (every, at)
         (early,) = figures(feed.book).values()
         (late,) = full.values()

@@ -48,6 +48,7 @@ class Batch:
     frames: list[RecordedFrame]
     rewind: bool = False  # jumped: restore the state after frame ``start`` - 1, then fold these in
     start: int = 0  # the index of the first of ``frames`` in the recording
+    revision: int = 0  # the timeline's revision when this batch was taken
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Position:
     at_end: bool  # every frame read so far has been handed out
     follow: bool
     damaged: int = 0  # problems the reader found in the file (``Timeline.damage()`` says which)
+    revision: int = 0  # bumped by every change: frames handed out or read, a seek, play or pause
 
     @property
     def elapsed_s(self) -> float:
@@ -100,6 +102,7 @@ class Timeline:
         self.frames: list[RecordedFrame] = []
         self._times: list[int] = []  # log times made non-decreasing, for bisect
         self._damage: list[str] = []
+        self._revision = 0
         self._read()  # a file that is no recording fails here, before any screen is drawn
         self._pos = 0
         self._now_ns = self._times[0] if self._times else 0
@@ -122,6 +125,7 @@ class Timeline:
             floor = max(floor, fr.log_time_ns)
             self._times.append(floor)
         self.frames.extend(fresh)
+        self._revision += bool(fresh)
         self._damage = self.reader.report.describe(unfinished=not self.follow)
         return len(fresh)
 
@@ -154,7 +158,7 @@ class Timeline:
                 if end >= self._target:
                     self._target = None
             elif not self._playing or self._pos >= len(self.frames) and not self.follow:
-                return Batch([], rewind, self._pos)
+                return Batch([], rewind, self._pos, self._revision)
             elif self.speed is None:
                 end = min(len(self.frames), self._pos + max_frames)
             else:
@@ -167,7 +171,8 @@ class Timeline:
             if end > start and (self.speed is None or self._target is not None or not self._playing):
                 self._now_ns = max(self._now_ns, self._times[end - 1])
             self._pos = max(start, end)
-            return Batch(out, rewind, start)
+            self._revision += bool(out)
+            return Batch(out, rewind, start, self._revision)
 
     def now(self) -> float:
         """The virtual clock, in seconds since the Unix epoch (the recording's receive times)."""
@@ -187,6 +192,7 @@ class Timeline:
                 at_end=self._pos >= len(self.frames) and self._target is None,
                 follow=self.follow,
                 damaged=len(self._damage),
+                revision=self._revision,
             )
 
     # -- controls (the UI thread) ------------------------------------------------------------
@@ -198,6 +204,7 @@ class Timeline:
             if not self._playing and self.frames and not self.follow and self._pos >= len(self.frames):
                 self._go(0)
             self._playing = not self._playing
+            self._revision += 1
             self._last_wall = self._wall()
             return self._playing
 
@@ -227,6 +234,7 @@ class Timeline:
         meanwhile): hand out the frames from ``position`` again, through ``upto`` at least."""
         with self._lock:
             self._pos, self._rewind = position, True
+            self._revision += 1
             if upto > position:
                 self._target = max(self._target or 0, upto)
 
@@ -235,6 +243,7 @@ class Timeline:
         ahead, the consumer resumes from its nearest checkpoint at or before ``index``."""
         index = max(0, min(len(self.frames), index))
         self._playing = False
+        self._revision += 1
         nearest = self._checkpoints[bisect.bisect_right(self._checkpoints, index) - 1]
         if index < self._pos or nearest > self._pos:
             self._rewind, self._pos = True, nearest

@@ -161,6 +161,7 @@ class Feed:
                         self.diagnoses.update(fresh)
                         for key in gone:
                             self.diagnoses.pop(key, None)
+                self._judged()
         except Exception as exc:  # keep the UI alive and say why the numbers stopped
             self.error = f"receive worker stopped: {type(exc).__name__}: {exc}"
             log.exception("feed worker stopped")
@@ -225,6 +226,9 @@ class Feed:
         """True when the evidence just stopped changing and the findings must catch up at once
         (never live: new frames keep coming, and the findings engine runs on its own period)."""
         return False
+
+    def _judged(self) -> None:
+        """The findings engine just ran on the worker (a replay marks where it caught up)."""
 
     def _closed(self) -> None:
         """The worker is ending: a recording in progress is closed whole (summary written)."""

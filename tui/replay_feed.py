@@ -63,6 +63,8 @@ class ReplayFeed(Feed):
         self._manifest = manifest
         self._next_file_poll = 0.0
         self._moved = False  # frames were folded in since the findings last ran
+        self._idle_at: int | None = None  # the timeline revision the worker found nothing to do at
+        self._caught_up_at: int | None = None  # ... and the findings had run on everything by then
         self._every = checkpoint_every
         self._saved: dict[int, tuple[EvidenceBook, FrameLedger]] = {}  # position -> state after it
 
@@ -78,6 +80,7 @@ class ReplayFeed(Feed):
             self._next_file_poll = time.monotonic() + FOLLOW_POLL_S
             tl.poll_file()
         batch = tl.take(self._max_batch)
+        self._idle_at = None
         if batch.rewind:  # a jump: the aggregates cannot be un-added, so resume from a copy
             if batch.start and batch.start not in self._saved:  # thinned out since the seek
                 tl.restart_from(
@@ -88,6 +91,7 @@ class ReplayFeed(Feed):
             self._restore(batch.start)
         ledger = self._sub or ledger  # the restored one
         if not batch.frames:
+            self._idle_at = batch.revision
             self._stop.wait(self._poll_ms / 1000)
             return
         # One ingest per receive time: the recorder stamped one per batch its socket had queued.
@@ -140,6 +144,15 @@ class ReplayFeed(Feed):
             d = self.diagnoser
             self.diagnoser = Diagnoser(self._manifest, d.baseline_tok_s, d.thresholds)
             self.diagnoses.clear()
+
+    def caught_up(self) -> bool:
+        """True when every frame the timeline has handed out is in the book and judged, and
+        nothing is due: the screen and the findings show the recording as it stands at the cursor."""
+        at = self._caught_up_at
+        return at is not None and at == self.timeline.position().revision
+
+    def _judged(self) -> None:
+        self._caught_up_at = self._idle_at if not self._moved else None
 
     def _settled(self) -> bool:
         # Paused, stepped, seeked or at the end, the clock stands still and would never make the
