@@ -50,6 +50,17 @@ def test_once_on_the_shipped_recording_prints_the_table_and_the_findings() -> No
     assert len(bad["acceptance"]["training_acc"]) == 3 and bad["layer_map"][0]["layer_ok"] is False
     assert bad["hello"]["aux"]["ids_location"] == "top_level" and bad["state"].startswith("closed")
     assert all(len(p["proposals"]) == len(p["on_accepted_path"]) for p in bad["proposals"])
+    # the fleet view's merged figure weighs each source by the request-steps it served
+    fleet = out["fleet"]
+    hists = [s["acceptance"]["histogram"] for s in out["sources"]]
+    steps = sum(n for h in hists for n in h.values())
+    tokens = sum(int(k) * n for h in hists for k, n in h.items())
+    assert fleet["sources"] == 2 and fleet["request_steps"] == steps
+    assert abs(fleet["accept_length"] - tokens / steps) < 1e-9
+    assert fleet["worst_first"][0] == bad["key"]
+    assert any(
+        g.startswith(f"LAYER_IDS_NOT_READ on 1 of 2 sources: {bad['key']}") for g in fleet["finding_groups"]
+    )
 
 
 def test_once_live_answers_after_one_interval() -> None:

@@ -17,6 +17,7 @@ from eagle3_top.tracer.analysis.diagnose import expected_accept_length
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.schema.text import printable
 
+from .fleet import fleet_summary
 from .snapshot import ProposalRow, Snapshot, SourceSnapshot
 from .source_state import source_state
 from .token_text import TokenText
@@ -43,9 +44,30 @@ def snapshot_json(
             "unknown_kinds": snap.unknown_kinds,
             "evicted_sources": snap.evicted_sources,
         },
+        "fleet": _fleet(snap),
         "sources": [_source(src, snap, manifest, tokenizers) for src in snap.sources],
     }
     return _plain(out)
+
+
+def _fleet(snap: Snapshot) -> dict[str, Any]:
+    """The fleet view's merged figures: the sources' counts added up, then divided once."""
+    f = fleet_summary(snap)
+    have = f.request_steps > 0
+    return {
+        "sources": f.sources,
+        "accept_length": f.accept_length if have else None,
+        "accept_rate": f.accept_rate if have else None,
+        "request_steps": f.request_steps,
+        "verify_steps": f.verify_steps,
+        "conditional": list(f.conditional),
+        "unconditional": list(f.unconditional),
+        "steps_per_s": f.steps_per_s,
+        "tokens_per_s": f.tokens_per_s,
+        "worst_first": [r.source.key for r in f.rows],
+        "finding_groups": [g.describe() for g in f.groups],
+        "events": [e.describe(f.now) for e in f.events],
+    }
 
 
 def _source(

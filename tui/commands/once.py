@@ -75,7 +75,6 @@ def once_replay(
 
 def _print(snap: Snapshot, manifest: Manifest | None, as_json: bool, tokenizer: TokenText | None) -> int:
     from eagle3_top.tui.snapshot_json import snapshot_json
-    from eagle3_top.tui.snapshot_text import snapshot_text
     from eagle3_top.tui.tokenizer_shelf import TokenizerShelf
 
     # --tokenizer, else each source's beside its model, read now: this command prints and exits
@@ -84,7 +83,9 @@ def _print(snap: Snapshot, manifest: Manifest | None, as_json: bool, tokenizer: 
     try:
         if as_json:
             print(json.dumps(snapshot_json(snap, manifest, tokenizers), indent=1, allow_nan=False))
-        else:
+        else:  # rich, for the text only: --json runs where no UI library is installed (a GPU box)
+            from eagle3_top.tui.snapshot_text import snapshot_text
+
             print(snapshot_text(snap, tokenizers))
         sys.stdout.flush()
     except BrokenPipeError:  # the reader had enough (`| head`)
