@@ -1,6 +1,7 @@
 """Tracer on vs paused in one SGLang server: decode tokens/s in ABBA order, paired ratios, a 95% interval.
 
 usage: ab_overhead.py PORT PAUSE_FILE SERVER_LOG OUT.json [--bs 1] [--ntok 1024] [--rounds 24]
+                      [--vocab 905] [--deadline EPOCH_S]
 
 One long-lived client (no process start per run). Round r runs the tracer recording (T) and paused
 (P, ``EAGLE3_TOP_PAUSE_FILE`` present: the tracer records nothing, its hooks stay in place) back to
@@ -41,9 +42,10 @@ def post(port: int, body: dict[str, Any]) -> Any:
     return json.loads(urllib.request.urlopen(req, timeout=300).read())
 
 
-def run(port: int, bs: int, ntok: int) -> tuple[float, float, float]:
-    """(tokens/s, start, end): one batch of ``bs`` greedy requests of ``ntok`` new tokens."""
-    prompts = [[(7 * i + 3 * j) % 900 + 5 for j in range(12 + i % 5)] for i in range(bs)]
+def run(port: int, bs: int, ntok: int, vocab: int = 905) -> tuple[float, float, float]:
+    """(tokens/s, start, end): one batch of ``bs`` greedy requests of ``ntok`` new tokens; prompt
+    ids from 5 to ``vocab`` - 1."""
+    prompts = [[(7 * i + 3 * j) % (vocab - 5) + 5 for j in range(12 + i % 5)] for i in range(bs)]
     body = {
         "input_ids": prompts if bs > 1 else prompts[0],
         "sampling_params": {"max_new_tokens": ntok, "temperature": 0, "ignore_eos": True},
@@ -118,6 +120,10 @@ def main() -> None:
     ap.add_argument("--ntok", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--switch-wait", type=float, default=0.7)
+    ap.add_argument("--vocab", type=int, default=905, help="the target's vocabulary size")
+    ap.add_argument(
+        "--deadline", type=float, default=None, help="Unix time: no round starts that would end after it"
+    )
     ns = ap.parse_args()
 
     def arm_run(arm: str) -> tuple[float, float, float]:
@@ -126,12 +132,16 @@ def main() -> None:
         elif os.path.exists(ns.pause_file):
             os.unlink(ns.pause_file)
         time.sleep(ns.switch_wait)
-        return run(ns.port, ns.bs, ns.ntok)
+        return run(ns.port, ns.bs, ns.ntok, ns.vocab)
 
     for _ in range(2):
-        run(ns.port, ns.bs, max(ns.ntok // 4, 16))  # warm-up
+        run(ns.port, ns.bs, max(ns.ntok // 4, 16), ns.vocab)  # warm-up
     rows, windows, ratios = [], [], []
+    took = 0.0  # the longest round so far
     for r in range(ns.rounds):
+        if ns.deadline is not None and r >= 2 and time.time() + took > ns.deadline:
+            break  # fewer pairs, reported as such, rather than a call cut off mid-round
+        t_round = time.time()
         got = {}
         for arm in ("T", "P") if r % 2 == 0 else ("P", "T"):
             tok_s, w0, w1 = arm_run(arm)
@@ -139,6 +149,7 @@ def main() -> None:
             rows.append({"round": r, "arm": arm, "tok_s": round(tok_s, 2), "start": w0, "end": w1})
             windows.append((arm, w0, w1))
         ratios.append(got["T"] / got["P"])
+        took = max(took, time.time() - t_round)
     if os.path.exists(ns.pause_file):
         os.unlink(ns.pause_file)
     lo, hi = median_interval(ratios)

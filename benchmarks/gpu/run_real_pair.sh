@@ -21,18 +21,8 @@
 # real_pair_report.py puts SGLang's figures beside ours, judges each case against what it must show
 # and writes the table in real_pair.md. DEADLINE_S (default 560) bounds the whole call.
 set -u
-R=$(pwd); B=$R/benchmarks/gpu
-OUT=${OUT:-/tmp/e3t-out}; W=$OUT/real_pair; mkdir -p "$W"
-T0=$(date +%s); DEADLINE=$((T0 + ${DEADLINE_S:-560}))
-bash "$B/install_plugin.sh" > "$W/install.log" 2>&1 || { cat "$W/install.log"; exit 1; }
-export PYTHONPATH=/tmp/site:/tmp/e3t CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
-E3T="python3 -m eagle3_top.tui.cli"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$W/gpu.txt"
-python3 -c "import sglang, torch; print('sglang', sglang.__version__, 'torch', torch.__version__)" | tee -a "$W/gpu.txt"
-P=/tmp/pair; rm -rf $P
-$E3T toy export --out $P > "$W/export.log" 2>&1 || { cat "$W/export.log"; exit 1; }
-cp $P/workload.json $P/*.manifest.json "$W/"
-echo "== exported at $(( $(date +%s) - T0 )) s"
+OUT=${OUT:-/tmp/e3t-out}; W=$OUT/real_pair; DEADLINE_DEFAULT=560
+. benchmarks/gpu/pair_setup.sh
 
 # TAG TARGET DRAFT STEPS TOPK DRAFT_TOKENS MANIFEST. Two waves: the second starts once the first is
 # up, when SGLang's JIT kernels are built and cached (servers building the same kernel at the same

@@ -1,10 +1,11 @@
 #!/bin/bash
 # Build, on your machine, what the GPU scripts carry to the lent H200 machine (Python 3.12, torch
 # 2.11.0+cu130 preinstalled, no package registry): a real SGLang 0.5.17 server's packages, small
-# enough for one device call, and a msgpack wheel for eagle3-top itself.
+# enough for one device call, and the wheels eagle3-top itself needs there (msgpack; mcap with
+# zstandard and lz4, which the monitor's --once and relay load).
 #   usage: benchmarks/gpu/sglang_env/build_carry.sh [WHEEL_CACHE]     (from the repo root)
 # Writes build/sglang-h200 (pk/*.tar.xz, one per package of wheels.txt, ~57 MiB, plus setup.sh and
-# mkmodels.py) and build/e3t-extra (msgpack-*.whl); both are git-ignored. Then, in one device call
+# mkmodels.py) and build/e3t-extra (msgpack, mcap, zstandard, lz4 wheels); both are git-ignored. Then, in one device call
 # carrying build/sglang-h200 and build/e3t-extra: bash benchmarks/gpu/run_gpu.sh
 # SGLang 0.5.17 is the release whose torch pin (2.11.0) matches the machine's torch; 0.5.18-0.5.21
 # pin 2.13, 0.5.22+ 2.14.1. Needs pip reaching PyPI, unzip and xz; downloads ~480 MB once (cached).
@@ -26,7 +27,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   $plat --platform any -d "$cache" -r "$here/wheels.txt"
 # shellcheck disable=SC2086
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  $plat -d "$extra" "msgpack>=1.0"
+  $plat -d "$extra" "msgpack>=1.0" "mcap>=1.6" "zstandard>=0.20" "lz4>=4"
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 while IFS= read -r spec; do
   [[ -z $spec || $spec == \#* ]] && continue
