@@ -41,6 +41,13 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
     )
     p.add_argument("--rank", type=int, default=0, help="engine rank reported in the source id")
     p.add_argument(
+        "--aux-interval",
+        type=float,
+        default=0.5,
+        metavar="S",
+        help="seconds between aux fingerprints (default 0.5; SGLang's plugin: EAGLE3_TOP_AUX_INTERVAL)",
+    )
+    p.add_argument(
         "--http",
         type=int,
         metavar="PORT",
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         except (EndpointError, Exception) as exc:
             print(f"eagle3-top toy: cannot publish on {ns.publish}: {exc}", file=sys.stderr)
             return 2
-        attach_toy(engine, Tracer(publisher))
+        attach_toy(engine, Tracer(publisher, aux_interval_s=ns.aux_interval))
         print(f"eagle3-top toy: publishing on {publisher.bound_endpoint}", file=sys.stderr, flush=True)
 
     stop = False

@@ -179,7 +179,7 @@ def test_duplicate_ids_collapse_a_slot(engines, tmp_path) -> None:
     rc, findings, err = check(e.endpoint, None, "--timeout", "8")
     assert rc == 1, err
     width = [f for f in findings if f["code"] == "AUX_WIDTH_MISMATCH"]
-    assert width and "256" in width[0]["message"] and "384" in width[0]["message"]
+    assert width and "256" in width[0]["message"] and "384" in width[0]["message"], (findings, err)
 
 
 def test_uninitialised_vocab_map(engines, tmp_path) -> None:

@@ -371,3 +371,34 @@ def test_a_prefill_crash_the_release_was_known_for_is_one_finding_naming_it(pub:
     assert "the extend step raised TypeError" in f["message"] and "0.5.17" in f["message"]
     assert f["evidence"]["defect"] == "llama-embedding-slot-crash" and f["evidence"]["fixed_in"] == "0.5.22"
     assert f["fix"].startswith("upgrade SGLang to 0.5.22")
+
+
+def test_a_crash_heard_before_its_hello_is_judged_with_the_hello(pub: Publisher) -> None:
+    """check subscribed after the engine failed: the crash comes in a health event, the hello (which
+    carries the wiring that explains it) on subscribe or on its period; the verdict waits for it,
+    briefly, and names both."""
+    import dataclasses
+
+    from eagle3_top.tracer.analysis.check import CRASH_HELLO_GRACE_S
+
+    pub.engine_failed("RuntimeError: mat1 and mat2 shapes cannot be multiplied (384x128 and 192x64)")
+    proc = start_check(pub.bound_endpoint, "--json", "--timeout", "60")
+    time.sleep(2.0)  # subscribed, the crash heard, no hello yet
+    h = hello()
+    assert h.aux is not None
+    pub.set_hello(dataclasses.replace(h, aux=dataclasses.replace(h.aux, width=128)))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    codes = {f["code"] for f in json.loads(out)["findings"]}
+    assert {"ENGINE_FAILED", "AUX_WIDTH_MISMATCH"} <= codes
+
+    # a hello that never comes: the crash is judged alone once the grace is over, not at the timeout
+    mute = Publisher("tcp://127.0.0.1:0", SourceId("gate-host", 4343, 0, "test"))
+    try:
+        mute.engine_failed("RuntimeError: before any hello")
+        t0 = time.monotonic()
+        r = run_check(mute.bound_endpoint, "--json", "--timeout", "60")
+        assert r.returncode == 1 and time.monotonic() - t0 < CRASH_HELLO_GRACE_S + 10
+        assert [f["code"] for f in json.loads(r.stdout)["findings"]] == ["ENGINE_FAILED"]
+    finally:
+        mute.close()

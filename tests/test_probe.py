@@ -32,6 +32,7 @@ from eagle3_top.tracer.schema import (
     probe_body,
     probe_view,
 )
+from toy_process import Toy
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 W = 16
@@ -131,48 +132,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Toy:
-    """The built-in engine behind its HTTP front, on ports the child binds itself (port 0 / ``*``):
-    picking free ports here and handing them over races with every connection made meanwhile."""
-
-    def __init__(self, *args: str) -> None:
-        self.url = self.endpoint = ""
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [*CLI, "toy", "--http", "0", "--publish", "tcp://127.0.0.1:*", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip())
-            if "publishing on " in line:
-                self.endpoint = line.split("publishing on ", 1)[1].strip()
-            if "serving /generate on " in line:
-                self.url = line.split("serving /generate on ", 1)[1].strip()
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "\n".join(self.lines)
-            if self.url and self.endpoint:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    assert r.status == 200
-                return
-            time.sleep(0.1)
-        raise AssertionError("toy HTTP front did not come up:\n" + "\n".join(self.lines))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def toys() -> Iterator[dict[str, Toy]]:
     pytest.importorskip("torch")
@@ -244,6 +203,13 @@ def test_toy_speaks_sglang_generate(toys, manifest) -> None:
     assert sum(meta["spec_accept_histogram"]) == meta["spec_verify_ct"]
     with urllib.request.urlopen(t.url + "/get_model_info", timeout=5) as r:
         assert json.loads(r.read())["is_generation"] is True
+    with urllib.request.urlopen(t.url + "/get_server_info", timeout=5) as r:
+        info = json.loads(r.read())
+    assert (info["speculative_algorithm"], info["speculative_num_draft_tokens"], info["dp_size"]) == (
+        "EAGLE3",
+        4,
+        1,
+    )
 
 
 def test_healthy_engine_matches_every_slot(toys, manifest) -> None:

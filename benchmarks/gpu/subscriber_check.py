@@ -1,6 +1,7 @@
 """Plain pyzmq + msgpack subscriber (no project code): records every event until a stop file appears.
 
 usage: subscriber_check.py TAG ENDPOINT SECONDS OUTDIR   (stops early when OUTDIR/stop_TAG exists)
+OUTDIR/heard_TAG appears with the first event received: from then on it is subscribed.
 Writes OUTDIR/events_TAG.json: hello (last), per-rid step rows [accepted drafts per verify, in order],
 aux events (first 3), health (last), counts per kind, rows the tracer left out (step `discarded`).
 """
@@ -27,6 +28,8 @@ while time.time() < t_end and not os.path.exists(stop):
     if not s.poll(200):
         continue
     ev = msgpack.unpackb(s.recv(), raw=False)
+    if not kinds:
+        open(os.path.join(out, f"heard_{tag}"), "w").close()
     k = ev.get("kind")
     kinds[k] = kinds.get(k, 0) + 1
     src = str(ev.get("src"))

@@ -4,7 +4,7 @@
 "sampling_params": {"max_new_tokens", "temperature"}}`` answers like SGLang:
 ``{"text": "", "output_ids": [...], "meta_info": {"id", "prompt_tokens", "completion_tokens",
 "spec_verify_ct", "spec_accept_length", "spec_accept_histogram", "finish_reason", ...}}`` (a list
-for a batch). ``GET /health``, ``/health_generate``, ``/get_model_info``. Errors are SGLang-shaped:
+for a batch). ``GET /health``, ``/health_generate``, ``/get_model_info``, ``/get_server_info``. Errors are SGLang-shaped:
 HTTP 400 with ``{"error": {"message": ...}}``.
 
 Standard library only (``ThreadingHTTPServer`` in a daemon thread, loopback only). The engine is not
@@ -53,13 +53,26 @@ class ToyHTTPFront:
     def __init__(self, engine: Any, port: int, host: str = "127.0.0.1") -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"the toy HTTP front binds loopback only, not {host!r}")
+        sa = engine.server_args
         self.engine_info = {
-            "model_path": engine.server_args.model_path,
-            "draft_model_path": engine.server_args.speculative_draft_model_path,
+            "model_path": sa.model_path,
+            "draft_model_path": sa.speculative_draft_model_path,
             "vocab_size": int(engine.target.config.vocab_size),
             "num_draft_tokens": int(engine.width),
         }
         self.context_length = int(engine.context_length)
+        # SGLang's /get_server_info keys for what this engine runs (one process: TP 1, DP 1)
+        self.server_args = {
+            "model_path": sa.model_path,
+            "speculative_algorithm": sa.speculative_algorithm,
+            "speculative_draft_model_path": sa.speculative_draft_model_path,
+            "speculative_num_steps": sa.effective.num_steps,
+            "speculative_eagle_topk": sa.effective.topk,
+            "speculative_num_draft_tokens": sa.effective.num_draft_tokens,
+            "tp_size": 1,
+            "dp_size": 1,
+            "context_length": self.context_length,
+        }
         self.jobs: queue.Queue[Job] = queue.Queue()
         self._closed = False
         front = self
@@ -87,6 +100,8 @@ class ToyHTTPFront:
                     self._send(200, None)
                 elif path == "/get_model_info":
                     self._send(200, front.model_info())
+                elif path == "/get_server_info":
+                    self._send(200, {**front.server_args, "version": "built-in"})
                 else:
                     self._send(404, {"detail": "Not Found"})
 

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 OK, FINDINGS, PARTIAL = "ok", "findings", "partial"
 # A publisher sends a health event every second: this long without any event, a source is gone.
 GONE_AFTER_S = 5.0
+# A crash reported by a source whose hello has not come yet (check subscribed after the crash: the
+# engine lingers, its publisher sends the hello on subscribe and every 5 s) is judged once the hello
+# is in or after this long: the hello carries the wiring that often explains the crash.
+CRASH_HELLO_GRACE_S = 5.5
 
 
 class NoStream(RuntimeError):
@@ -209,6 +213,7 @@ class Watch:
         self.book = EvidenceBook(manifest=enough.manifest)
         self.gone: dict[str, str] = {}
         self.gone_after_s = gone_after_s
+        self._crashed_at: dict[str, float] = {}  # source -> when its crash was first seen
 
     def fold(self, events: list[Event], now: float, on_malformed: OnMalformed | None = None) -> bool:
         """Fold in a batch received at ``now``; True once there is nothing more to wait for."""
@@ -220,7 +225,12 @@ class Watch:
                 self.gone.setdefault(ev.key, why)
             else:
                 self.gone.pop(ev.key, None)  # back (a reconnect)
-        if any(ev.health is not None and ev.health.engine_error for ev in sources):
+        crashed = [ev for ev in sources if ev.health is not None and ev.health.engine_error]
+        for ev in crashed:
+            self._crashed_at.setdefault(ev.key, now)
+        if crashed and all(
+            ev.hello is not None or now - self._crashed_at[ev.key] >= CRASH_HELLO_GRACE_S for ev in crashed
+        ):
             return True  # a crash is certain now: no reason to wait out the timeout
         return bool(sources) and all(self.enough.done(ev) or ev.key in self.gone for ev in sources)
 
