@@ -60,20 +60,23 @@ def merge_clients(w: Path, parts: list[Path]) -> None:
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
-    from test_probe import free_port
-
     w = tmp_path_factory.mktemp("tp_dp")
     reps = [Toy("--rank", str(i), "--aux-interval", "0.1") for i in (0, 1)]
     procs: list[subprocess.Popen[str]] = []
     try:
         for t in reps:
             t.wait_ready()
-        relay = f"tcp://127.0.0.1:{free_port()}"
+        # the relay binds a port of its own choosing and names it (a port picked here could be taken)
         procs.append(
             subprocess.Popen(
-                [*CLI, "relay", "--bind", relay, "--connect", *(t.endpoint for t in reps), "--quiet"]
+                [*CLI, "relay", "--bind", "tcp://127.0.0.1:*", "--connect", *(t.endpoint for t in reps), "--quiet"],
+                stderr=subprocess.PIPE, text=True,
             )
-        )
+        )  # fmt: skip
+        assert procs[0].stderr is not None
+        started = procs[0].stderr.readline()
+        assert " to tcp://" in started, started
+        relay = started.rsplit(" to ", 1)[1].strip()
         check = subprocess.Popen(
             [*CLI, "check", relay, "--manifest", MANIFEST, "--json", "--steps", "5", "--timeout", "60"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -47,13 +47,6 @@ while read -r tag tgt drf st tk nd man; do
 done <<< "$CASES"
 echo "== preflight done at $(( $(date +%s) - T0 )) s"
 
-SETSID=$(command -v setsid || true)
-# each server in its own process group: stopping it takes its scheduler and detokenizer along
-stop() { kill -TERM -- "-$(cat "$W/srvpid_$1")" 2>/dev/null; }
-reap() {
-  for _ in $(seq 1 15); do kill -0 -- "-$(cat "$W/srvpid_$1")" 2>/dev/null || return 0; sleep 1; done
-  kill -KILL -- "-$(cat "$W/srvpid_$1")" 2>/dev/null
-}
 run_case() {  # TAG TARGET DRAFT STEPS TOPK DRAFT_TOKENS MANIFEST PORT PUBPORT
   local tag=$1 tgt=$2 drf=$3 st=$4 tk=$5 nd=$6 man=$P/$7.manifest.json port=$8 pub=tcp://127.0.0.1:$9
   python3 "$B/subscriber_check.py" "$tag" "$pub" 540 "$W" > "$W/sub_$tag.log" 2>&1 &

@@ -22,7 +22,6 @@ OUT=${OUT:-/tmp/e3t-out}; W=$OUT/tp_dp; DEADLINE_DEFAULT=570
 . benchmarks/gpu/pair_setup.sh
 MAN=$P/draft-no-embed.manifest.json
 
-SETSID=$(command -v setsid || true)
 export EAGLE3_TOP_PAUSE_FILE=$W/pause  # the tracer records nothing while it exists (the A/B)
 rm -f "$EAGLE3_TOP_PAUSE_FILE"
 record() {  # TAG ENDPOINT: a plain pyzmq recorder until stop_TAG appears
@@ -48,11 +47,6 @@ ready() {  # TAG HTTP_PORT
   done
   echo "$1 ready=0 after $(( $(date +%s) - t )) s" >> "$W/ready.txt"; tail -n 30 "$W/server_$1.log"; return 1
 }
-stop() {  # TAG: the server's process group, its scheduler and detokenizer children with it
-  kill -TERM -- "-$(cat "$W/srvpid_$1")" 2>/dev/null
-  for _ in $(seq 1 20); do kill -0 -- "-$(cat "$W/srvpid_$1")" 2>/dev/null || return 0; sleep 1; done
-  kill -KILL -- "-$(cat "$W/srvpid_$1")" 2>/dev/null; sleep 2
-}
 finish_recorders() { for t in "$@"; do touch "$W/stop_$t"; done; for t in "$@"; do wait "$(cat "$W/subpid_$t")"; done; }
 
 # -- DP: two replicas, one relay -----------------------------------------------------------------
@@ -74,7 +68,7 @@ fi
 wait $CHK; echo "$?" > "$W/check_DP.rc"
 sleep 1; finish_recorders DP0 DP1 DPR
 kill -TERM $RELAY; wait $RELAY
-stop DP
+stop DP; reap DP
 echo "== DP done at $(( $(date +%s) - T0 )) s"
 
 # -- TP: one server over both GPUs ---------------------------------------------------------------
@@ -106,7 +100,7 @@ if grep -q "TP ready=1" "$W/ready.txt"; then
   done
   finish_recorders TPAB
 fi
-stop TP
+stop TP; reap TP
 echo "== TP done at $(( $(date +%s) - T0 )) s"
 cat "$W/ready.txt" "$W"/sub_*.log
 python3 "$B/tp_dp_report.py" "$W" | tee "$W/tp_dp.md"

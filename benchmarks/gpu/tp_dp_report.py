@@ -35,9 +35,8 @@ def src_of(events: Any) -> str | None:
 
 
 def tp_of(events: Any) -> dict[str, Any]:
-    hello = (events or {}).get("hello") or {}
-    body = hello.get("body") if isinstance(hello.get("body"), dict) else hello
-    return (body or {}).get("tp") or {}
+    """The hello's ``tp`` (a frame's body keys sit beside its envelope's)."""
+    return ((events or {}).get("hello") or {}).get("tp") or {}
 
 
 def only(client: Any, rids: set[str]) -> dict[str, Any]:

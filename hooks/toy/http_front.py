@@ -62,7 +62,7 @@ class ToyHTTPFront:
         }
         self.context_length = int(engine.context_length)
         # SGLang's /get_server_info keys for what this engine runs (one process: TP 1, DP 1)
-        self.server_args = {
+        self.server_info = {
             "model_path": sa.model_path,
             "speculative_algorithm": sa.speculative_algorithm,
             "speculative_draft_model_path": sa.speculative_draft_model_path,
@@ -72,6 +72,7 @@ class ToyHTTPFront:
             "tp_size": 1,
             "dp_size": 1,
             "context_length": self.context_length,
+            "version": "built-in",
         }
         self.jobs: queue.Queue[Job] = queue.Queue()
         self._closed = False
@@ -101,7 +102,7 @@ class ToyHTTPFront:
                 elif path == "/get_model_info":
                     self._send(200, front.model_info())
                 elif path == "/get_server_info":
-                    self._send(200, {**front.server_args, "version": "built-in"})
+                    self._send(200, front.server_info)
                 else:
                     self._send(404, {"detail": "Not Found"})
 
@@ -176,6 +177,7 @@ class ToyHTTPFront:
             "model_type": "llama",
             "architectures": ["LlamaForCausalLM"],
             "context_length": self.context_length,
+            "version": "built-in",
         }
 
     def parse(self, payload: Any) -> Job:
