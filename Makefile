@@ -14,7 +14,7 @@ $(VENV)/.installed-core: $(BIN)/python pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[text]"
 	touch $@
 
-.PHONY: demo replay test test-sglang-versions lint bench clean
+.PHONY: demo replay test test-sglang-versions sglang-matrix lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ test-sglang-versions: $(foreach v,$(SGLANG_BETWEEN),$(VENV)/.installed-sglang-$(
 	for v in $(SGLANG_BETWEEN); do \
 	  echo "== SGLang $$v"; PYTHONPATH=$(VENV)/sglang-$$v $(BIN)/python -m pytest -q $(SGLANG_TESTS) || exit 1; \
 	done
+
+# Maintainers: the release defect table (tracer/engines/sglang/observed.json), observed by running every
+# supported release's own model classes on this CPU (hooks/sglang/observe.py); ~30 s a release.
+sglang-matrix: $(VENV)/.installed-sglang $(foreach v,$(SGLANG_OLDEST) $(SGLANG_BETWEEN),$(VENV)/.installed-sglang-$(v))
+	$(BIN)/python -m eagle3_top.hooks.sglang.matrix --config-dir tests/data/published \
+	  $(foreach v,$(SGLANG_OLDEST) $(SGLANG_BETWEEN),--release $(v)=$(VENV)/sglang-$(v)) --release $(SGLANG)=
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

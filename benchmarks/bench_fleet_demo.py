@@ -13,8 +13,8 @@ import sys
 import time
 from collections import Counter
 
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import STEP
-from eagle3_top.tracer.subscriber import Subscriber
 from eagle3_top.tui.commands.demo import FLEET_RATE, free_port_run
 
 from benchmarks.common import cpu_s, machine, rss_mb

@@ -54,8 +54,8 @@ def _bodies(batch: int, n: int, src: int, count: int = 256) -> list[dict]:
 
 
 def _publishers(q_out, stop, sources: int, rate: float, batch: int, n: int, seconds: float) -> None:
-    from eagle3_top.tracer.publisher import Publisher
     from eagle3_top.tracer.schema import STEP, Hello, SourceId
+    from eagle3_top.tracer.serving.publisher import Publisher
 
     pubs = []
     for s in range(sources):

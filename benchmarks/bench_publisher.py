@@ -13,8 +13,8 @@ import time
 
 import msgpack
 import zmq
-from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import STEP, SourceId, step_body
+from eagle3_top.tracer.serving.publisher import Publisher
 
 from benchmarks.common import machine, step_arrays
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 
 import numpy as np
-from eagle3_top.tracer.recording import RecordingWriter, read_recording
+from eagle3_top.tracer.reader.recording import RecordingWriter, read_recording
 from eagle3_top.tracer.schema import (
     AUX,
     HEALTH,
@@ -200,7 +200,7 @@ def hour_sizes(d: str) -> None:
 
 def sweep(stream: list[bytes], d: str) -> None:
     """zstd level x chunk size: rate and size on the flood frames."""
-    from eagle3_top.tracer.recording import writer as writer_module
+    from eagle3_top.tracer.reader.recording import writer as writer_module
 
     saved = writer_module.CHUNK_SIZE
     try:

@@ -24,8 +24,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import STEP, SourceId
+from eagle3_top.tracer.serving.publisher import Publisher
 
 from benchmarks.bench_record import step_bodies
 from benchmarks.common import machine

@@ -27,9 +27,9 @@ import tempfile
 import time
 
 import msgpack
-from eagle3_top.tracer.ledger import FrameLedger
-from eagle3_top.tracer.recording import RecordingWriter, read_recording
-from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.reader.ledger import FrameLedger
+from eagle3_top.tracer.reader.recording import RecordingWriter, read_recording
+from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tui.replay_feed import ReplayFeed
 
 from benchmarks.bench_record import ENDPOINT, busy_hour

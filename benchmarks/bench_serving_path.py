@@ -107,7 +107,7 @@ def _before_hooks(get_tracer: Any) -> tuple[Any, Any]:
     """The path before, from the same primitives: three copies at verify, rids and finished()
     read on the serving thread."""
     from eagle3_top.hooks.sglang.verify import STEP_ATTR, _capturing, _is_idle
-    from eagle3_top.tracer.pending import DeferredStep
+    from eagle3_top.tracer.serving.pending import DeferredStep
 
     def record(tracer: Any, batch: Any, result: Any, dt: float) -> None:
         if _capturing():
@@ -163,8 +163,8 @@ def check_paths(torch: Any, dev: str) -> dict[str, bool]:
     them (copied when the result is processed, after the verify on the device), equals the tensors,
     twice in a row (the second draft copy has no event of its own: SGLang's stands for it)."""
     import numpy as np
-    from eagle3_top.tracer.publisher import MemoryPublisher
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     out = {}
     for name, engine_copies in (("with SGLang's host copies", True), ("without them", False)):
@@ -195,9 +195,9 @@ def check_paths(torch: Any, dev: str) -> dict[str, bool]:
 
 def host_times(torch: Any, dev: str, quick: bool) -> dict[str, Any]:
     """Median serving-thread µs per verify step, per arm, batch shape and aux setting."""
-    from eagle3_top.tracer.deferred import Deferred
-    from eagle3_top.tracer.publisher import MemoryPublisher
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.deferred import Deferred
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     rounds, per_round = (8, 20) if quick else (30, 40)
     out: dict[str, Any] = {}
@@ -250,9 +250,9 @@ def profile_now(torch: Any, dev: str, bs: int = 32, n: int = 4, steps: int = 200
     import cProfile
     import pstats
 
-    from eagle3_top.tracer.deferred import Deferred
-    from eagle3_top.tracer.publisher import MemoryPublisher
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.deferred import Deferred
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     w = Workload(torch, dev, bs, n)
     pub = MemoryPublisher()
@@ -286,8 +286,8 @@ def profile_now(torch: Any, dev: str, bs: int = 32, n: int = 4, steps: int = 200
 
 def components(torch: Any) -> dict[str, float]:
     """What the pieces cost the calling thread on this host (CUDA only)."""
-    from eagle3_top.tracer import fingerprint_cuda as fc
-    from eagle3_top.tracer.fingerprint import fingerprint
+    from eagle3_top.tracer.serving import fingerprint_cuda as fc
+    from eagle3_top.tracer.serving.fingerprint import fingerprint
 
     def per_call(fn: Any, n: int = 400) -> float:
         for _ in range(20):
@@ -340,9 +340,9 @@ def _busy(torch: Any, dev: str, work: int) -> Any:
 def _partial_sender(encode_too: bool) -> Any:
     """A Publisher whose sender resolves (and encodes) each event but sends nothing: with the full
     one, it splits the sender's cost between its Python work and the socket."""
-    from eagle3_top.tracer.deferred import Deferred
-    from eagle3_top.tracer.publisher import Publisher
     from eagle3_top.tracer.schema import encode
+    from eagle3_top.tracer.serving.deferred import Deferred
+    from eagle3_top.tracer.serving.publisher import Publisher
 
     class Partial(Publisher):
         def _send(self, kind: str, seq: int, ts: float, body: Any) -> None:
@@ -363,10 +363,10 @@ def scheduler_loop(
     20 ms and every 100 ms (the default). Off against hooks-only is the hooks' own cost; hooks-only
     against busy is the sender thread's share of the GIL."""
     from eagle3_top.hooks.sglang.verify import make_around_process_result, make_around_verify
-    from eagle3_top.tracer.deferred import Deferred
-    from eagle3_top.tracer.publisher import MemoryPublisher, Publisher
     from eagle3_top.tracer.schema import SourceId
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.deferred import Deferred
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher, Publisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     w = Workload(torch, dev, bs, n)
     pubs = {

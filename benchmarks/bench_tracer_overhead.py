@@ -20,9 +20,9 @@ from benchmarks.common import drain_subscriber, machine
 def run(batch: int = 8, rounds: int = 40, steps_per_round: int = 40) -> dict[str, float]:
     from eagle3_top.hooks.toy.engine import ToyEagle3Engine
     from eagle3_top.hooks.toy_tracing import attach_toy
-    from eagle3_top.tracer.publisher import Publisher
     from eagle3_top.tracer.schema import SourceId
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.publisher import Publisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     engine = ToyEagle3Engine(batch_size=batch, seed=1)
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="toy"))

@@ -25,8 +25,8 @@ from benchmarks.common import cpu_s, machine, rss_mb
 
 def _publish(q, stop, rate: float) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
-    from eagle3_top.tracer.publisher import Publisher
     from eagle3_top.tracer.schema import AUX, STEP, Fingerprint, SourceId, aux_body, step_body
+    from eagle3_top.tracer.serving.publisher import Publisher
 
     from benchmarks.bench_record import _hello
 

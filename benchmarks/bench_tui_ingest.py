@@ -28,8 +28,8 @@ import zmq
 
 
 def _publisher(q_out, stop, batch: int, n: int, seconds: float, rate: float = 0.0) -> None:
-    from eagle3_top.tracer.publisher import Publisher
     from eagle3_top.tracer.schema import STEP, SourceId, step_body
+    from eagle3_top.tracer.serving.publisher import Publisher
 
     rng = np.random.default_rng(0)
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="toy"), queue_size=8192, sndhwm=100_000)

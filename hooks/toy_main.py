@@ -14,10 +14,10 @@ import time
 from types import FrameType
 from typing import Any
 
-from eagle3_top.tracer.curve_flags import add_server_arguments, server_from
-from eagle3_top.tracer.publisher import EndpointError, Publisher
 from eagle3_top.tracer.schema import SourceId
-from eagle3_top.tracer.tracer import Tracer
+from eagle3_top.tracer.serving.publisher import EndpointError, Publisher
+from eagle3_top.tracer.serving.tracer import Tracer
+from eagle3_top.tracer.transport.curve_flags import add_server_arguments, server_from
 
 from .toy.spec_args import add_toy_arguments, spec_args_from_ns
 from .toy_tracing import attach_toy
@@ -60,8 +60,37 @@ def build_parser(prog: str = "eagle3-top toy") -> argparse.ArgumentParser:
         default=None,
         help="longest prompt + completion accepted over HTTP (default: the target's max_position_embeddings)",
     )
+    p.add_argument(
+        "--guard-manifest",
+        metavar="M",
+        help="judge the wiring against this training manifest before serving; stop (exit 78) on an error "
+        "finding (or $EAGLE3_TOP_GUARD_MANIFEST; $EAGLE3_TOP_GUARD=warn: log and serve)",
+    )
     add_toy_arguments(p)
     return p
+
+
+def run_guard(ns: argparse.Namespace, engine: Any) -> int | None:
+    """The wiring guard, when asked for: None to serve, else the exit status."""
+    from . import guard as wiring_guard
+
+    try:
+        g = wiring_guard.from_env(manifest=ns.guard_manifest)
+    except wiring_guard.GuardSettingError as exc:
+        print(f"eagle3-top toy: {exc}", file=sys.stderr)
+        return 2
+    if g is None:
+        return None
+    from .toy_tracing import toy_hello
+
+    def log(level: str, line: str) -> None:
+        print(f"eagle3-top toy: {level}: {line}", file=sys.stderr, flush=True)
+
+    try:
+        wiring_guard.enforce(g, toy_hello(engine), log)
+    except wiring_guard.WiringRefused:
+        return wiring_guard.EXIT_REFUSED
+    return None
 
 
 def engine_from_args(ns: argparse.Namespace) -> Any:
@@ -117,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.show_paths:
         show_paths()
         return 0
-    from eagle3_top.tracer.curve import KeyError_
+    from eagle3_top.tracer.transport.curve import KeyError_
 
     try:  # before the engine loads: a half CURVE configuration is refused, not served open
         curve = server_from(ns)
@@ -141,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    refused = run_guard(ns, engine)
+    if refused is not None:  # before anything is bound or served
+        return refused
     publisher = None
     if ns.publish:
         try:

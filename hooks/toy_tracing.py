@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from eagle3_top.tracer import __version__
+from eagle3_top.tracer.engines.toy import ENGINE
 from eagle3_top.tracer.schema import Hello, Rewrite, SpecConfig
-from eagle3_top.tracer.tracer import Tracer
-from eagle3_top.tracer.wiring import SpecReport, wiring_report
+from eagle3_top.tracer.serving.tracer import Tracer
+from eagle3_top.tracer.serving.wiring import SpecReport, wiring_report
 
 
 def _spec(args: Any) -> SpecConfig:
@@ -29,7 +30,7 @@ def toy_hello(engine: Any) -> Hello:
     sa = engine.server_args
     rewrites = tuple(map(Rewrite.from_body, sa.rewrites))
     hello = wiring_report(
-        engine="toy",
+        engine=ENGINE,
         engine_version=__version__,
         target_model=engine.target,
         draft_model=engine.draft,

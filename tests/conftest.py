@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import zmq
-from eagle3_top.tracer.publisher import MemoryPublisher, Publisher
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import Event, SourceId
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.serving.publisher import MemoryPublisher, Publisher
 
 
 def pytest_report_header() -> str:

@@ -4,7 +4,7 @@ acceptance follows a known pattern, encoded as real msgpack frames of the v1 sch
 from __future__ import annotations
 
 import numpy as np
-from eagle3_top.tracer.recording import RecordingWriter
+from eagle3_top.tracer.reader.recording import RecordingWriter
 from eagle3_top.tracer.schema import (
     HELLO,
     STEP,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from eagle3_top.tracer.analysis.baseline import BaselineError, baseline_from_recording
-from eagle3_top.tracer.recording import RecordingWriter
+from eagle3_top.tracer.reader.recording import RecordingWriter
 from eagle3_top.tracer.schema import (
     HELLO,
     NO_SPECULATION,
@@ -197,10 +197,10 @@ def test_the_engine_without_speculation_decodes_alone_and_publishes_width_1_step
     from eagle3_top.hooks.toy.train import greedy_generate
     from eagle3_top.hooks.toy.workload import make_prompts
     from eagle3_top.hooks.toy_tracing import attach_toy
-    from eagle3_top.tracer.publisher import MemoryPublisher
     from eagle3_top.tracer.schema import step_view
     from eagle3_top.tracer.schema.envelope import Event
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     n, new = 6, 21
 

@@ -117,9 +117,13 @@ def test_motivating_bug_fails_without_a_manifest(engines) -> None:
     engines.append(e := Engine("--speculative-draft-model-path", paths.draft_ids_not_read_dir()))
     rc, findings, err = check(e.endpoint, None, "--steps", "50")
     assert rc == 1, err
-    low = next(f for f in findings if f["code"] == "ACCEPT_LENGTH_FAR_BELOW_EXPECTED")
-    assert low["severity"] == "error" and low["evidence"]["measured"] < 1.5
+    # one cause, one finding: the ids the engine did not read, with the low accept length inside it
+    assert [f["code"] for f in findings] == ["LAYER_IDS_NOT_READ"]
+    (cause,) = findings
+    low = next(x for x in cause["evidence"]["explains"] if x["code"] == "ACCEPT_LENGTH_FAR_BELOW_EXPECTED")
+    assert low["evidence"]["measured"] < 1.5
     assert low["evidence"]["expected"] == pytest.approx(3.87, abs=0.01)
+    assert "explains: accept length" in cause["message"]
 
 
 def test_flag_rewrite_is_reported(engines) -> None:

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import zmq
-from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import (
     HELLO,
     STEP,
@@ -24,6 +23,7 @@ from eagle3_top.tracer.schema import (
     encode,
     step_body,
 )
+from eagle3_top.tracer.serving.publisher import Publisher
 from stream_samples import hello
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
@@ -325,7 +325,7 @@ def test_check_under_fuzzed_frames_gives_a_verdict_not_a_traceback() -> None:
 
 def test_a_publisher_refuses_a_port_out_of_range() -> None:
     # libzmq would take 99999 modulo 2^16 and publish on another port than the one asked for
-    from eagle3_top.tracer.publisher import EndpointError, check_bind_endpoint
+    from eagle3_top.tracer.serving.publisher import EndpointError, check_bind_endpoint
 
     for bad in ("tcp://127.0.0.1:99999", "tcp://127.0.0.1:", "tcp://127.0.0.1:-1"):
         with pytest.raises(EndpointError, match="is not 0-65535"):
@@ -342,7 +342,7 @@ def test_a_prefill_crash_the_release_was_known_for_is_one_finding_naming_it(pub:
     import dataclasses
 
     from eagle3_top.hooks.sglang.verify import make_around_forward
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     base = hello()
     h = dataclasses.replace(
@@ -366,10 +366,13 @@ def test_a_prefill_crash_the_release_was_known_for_is_one_finding_naming_it(pub:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out
     findings = json.loads(out)["findings"]
-    assert [f["code"] for f in findings] == ["ENGINE_FAILED"]
+    # the cause, with the crash it explains inside it: one finding
+    assert [f["code"] for f in findings] == ["ENGINE_KNOWN_DEFECT"]
     (f,) = findings
-    assert "the extend step raised TypeError" in f["message"] and "0.5.17" in f["message"]
-    assert f["evidence"]["defect"] == "llama-embedding-slot-crash" and f["evidence"]["fixed_in"] == "0.5.22"
+    assert f["message"].startswith("the engine crashed (the extend step raised TypeError")
+    assert "because SGLang 0.5.17 with a LlamaForCausalLM target" in f["message"]
+    assert [e["code"] for e in f["evidence"]["explains"]] == ["ENGINE_FAILED"]
+    assert f["evidence"]["case"] == "embedding" and f["evidence"]["fixed_in"] == "0.5.22"
     assert f["fix"].startswith("upgrade SGLang to 0.5.22")
 
 
@@ -389,8 +392,11 @@ def test_a_crash_heard_before_its_hello_is_judged_with_the_hello(pub: Publisher)
     pub.set_hello(dataclasses.replace(h, aux=dataclasses.replace(h.aux, width=128)))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
-    codes = {f["code"] for f in json.loads(out)["findings"]}
-    assert {"ENGINE_FAILED", "AUX_WIDTH_MISMATCH"} <= codes
+    findings = json.loads(out)["findings"]
+    # the width explains the crash: one finding, saying so
+    width = next(f for f in findings if f["code"] == "AUX_WIDTH_MISMATCH")
+    assert width["message"].startswith("the engine crashed (RuntimeError: mat1 and mat2 shapes")
+    assert "ENGINE_FAILED" not in {f["code"] for f in findings}
 
     # a hello that never comes: the crash is judged alone once the grace is over, not at the timeout
     mute = Publisher("tcp://127.0.0.1:0", SourceId("gate-host", 4343, 0, "test"))

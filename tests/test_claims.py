@@ -6,8 +6,9 @@ import json
 
 import pytest
 from eagle3_top.hooks.toy import paths
-from eagle3_top.tracer.claims import draft_claims
-from eagle3_top.tracer.wiring import draft_config_as_written, draft_layer_ids
+from eagle3_top.tracer.engines.base import declared_ids as draft_layer_ids
+from eagle3_top.tracer.serving.claims import draft_claims
+from eagle3_top.tracer.serving.wiring import draft_config_as_written
 
 
 def test_the_built_in_drafts_claim_what_training_reached() -> None:

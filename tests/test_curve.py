@@ -12,10 +12,10 @@ import zmq
 from conftest import collect
 from eagle3_top.hooks import toy_main
 from eagle3_top.hooks.sglang import plugin
-from eagle3_top.tracer import curve
-from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import STEP, Hello, SourceId
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.serving.publisher import Publisher
+from eagle3_top.tracer.transport import curve
 
 NOT_ADMITTED = "refused by the server (CURVE: key not admitted)"
 
@@ -278,10 +278,10 @@ def test_client_keys_from_the_environment(keys, closing, monkeypatch) -> None:
     """The client flags' environment twins (named like the plugin's) let a fleet's keys be set once."""
     import argparse
 
-    from eagle3_top.tui.commands import curve_args
+    from eagle3_top.tracer.transport import curve_flags as curve_args
 
     p = argparse.ArgumentParser()
-    curve_args.add_curve_arguments(p)
+    curve_args.add_client_arguments(p)
     pub = Publisher(
         "tcp://127.0.0.1:0",
         SourceId.local(),
@@ -290,16 +290,16 @@ def test_client_keys_from_the_environment(keys, closing, monkeypatch) -> None:
     try:
         monkeypatch.setenv(curve_args.ENV_SERVER_KEY, keys["server"])
         monkeypatch.setenv(curve_args.ENV_CLIENT_SECRET, keys["alice"])
-        client = curve_args.curve_from(p.parse_args([]))
+        client = curve_args.client_from(p.parse_args([]))
         assert client is not None
         assert receives(pub, closing(Subscriber([pub.bound_endpoint], curve=client)))
         # a flag wins over its twin: mallory's key is refused although alice's is in the environment
-        flagged = curve_args.curve_from(p.parse_args(["--curve-client-secret", keys["mallory"]]))
+        flagged = curve_args.client_from(p.parse_args(["--curve-client-secret", keys["mallory"]]))
         sub = closing(Subscriber([pub.bound_endpoint], curve=flagged))
         assert wait_for(lambda: sub.endpoints[pub.bound_endpoint] == NOT_ADMITTED, (sub,))
         monkeypatch.delenv(curve_args.ENV_CLIENT_SECRET)
         with pytest.raises(curve.KeyError_, match="EAGLE3_TOP_CURVE_CLIENT_SECRET"):
-            curve_args.curve_from(p.parse_args([]))
+            curve_args.client_from(p.parse_args([]))
     finally:
         pub.close()
 
@@ -309,7 +309,7 @@ def test_server_flags_fall_back_on_the_plugins_variables(keys, monkeypatch) -> N
     names what the user actually wrote (the flags, or the variables)."""
     import argparse
 
-    from eagle3_top.tracer import curve_flags
+    from eagle3_top.tracer.transport import curve_flags
 
     p = argparse.ArgumentParser()
     curve_flags.add_server_arguments(p)

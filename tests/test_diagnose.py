@@ -126,26 +126,74 @@ def test_healthy_source_has_no_findings() -> None:
 
 
 def test_motivating_bug_names_layers_and_fix() -> None:
-    hello = copy.deepcopy(HEALTHY_HELLO)
+    hello = _served_by("0.5.23", "LlamaForCausalLM")
     hello["aux"].update(
         ids_read=None, ids_location="top_level", capture_native=[2, 4, 5], capture_canonical=[1, 3, 4]
     )
     ev = _evidence(hello, rms=[4.0, 10.0, 15.0], accepted_p=(0.3, 0.5, 0.5))
     found = diagnose(ev, _manifest())
-    # one cause, one finding: the slots differ from training because they hold other layers, which
-    # LAYER_MAP_MISMATCH names; AUX_STATS_DRIFT is kept for a slot whose layer is right
-    assert codes(found) == {
-        "LAYER_IDS_NOT_READ",
-        "LAYER_MAP_MISMATCH",
-        "ACCEPTANCE_BELOW_TRAINING",
-        "ACCEPT_LENGTH_FAR_BELOW_EXPECTED",  # the gate's error: less than half training's gain
-    }
+    # one cause, one finding: the ids not read (the cause) and the layer map (the fact a user checks);
+    # the symptoms they explain are evidence inside the cause, not findings beside it; AUX_STATS_DRIFT
+    # is kept for a slot whose layer is right
+    assert codes(found) == {"LAYER_IDS_NOT_READ", "LAYER_MAP_MISMATCH"}
     lm = next(f for f in found if f.code == "LAYER_MAP_MISMATCH")
     assert "[1, 3, 4]" in lm.message and "[-1, 2, 5]" in lm.message and "[2, 4, 5]" in lm.message
-    assert "eagle_config" in lm.fix
+    assert lm.fix.endswith(
+        "put eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 2, 5] in the draft's config.json"
+    )
     nr = next(f for f in found if f.code == "LAYER_IDS_NOT_READ")
-    assert "top level" in nr.message and "nest" in nr.fix
+    assert "top level, where SGLang does not read them" in nr.message
+    assert (
+        nr.fix == "put eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 2, 5] in the draft's config.json"
+    )
+    explained = {e["code"] for e in nr.evidence["explains"]}
+    # the gate's error (less than half training's gain) and the per-position symptom, inside the cause
+    assert explained == {"ACCEPT_LENGTH_FAR_BELOW_EXPECTED", "ACCEPTANCE_BELOW_TRAINING"}
+    assert "explains: accept length" in nr.message and "against 2.82 expected" in nr.message
     assert has_errors(found)
+
+
+def test_a_symptom_without_a_cause_stands_alone_and_says_what_to_run() -> None:
+    ev = _evidence(_served_by("0.5.23", "LlamaForCausalLM"), accepted_p=(0.3, 0.5, 0.5))
+    found = diagnose(ev, _manifest())
+    # the accept length, with the per-position detail it explains inside it
+    assert codes(found) == {"ACCEPT_LENGTH_FAR_BELOW_EXPECTED"}
+    (far,) = found
+    assert [e["code"] for e in far.evidence["explains"]] == ["ACCEPTANCE_BELOW_TRAINING"]
+    assert "eagle3-top probe" in far.fix and "eagle3-top preflight" in far.fix
+
+
+def test_a_crash_with_a_named_cause_says_so() -> None:
+    """The width the draft's fc expects is not what the target captures: the engine's forward fails,
+    and the finding is the width, saying that it crashed the engine."""
+    from eagle3_top.tracer.schema import HEALTH
+
+    hello = _served_by("0.5.23", "LlamaForCausalLM")
+    hello["aux"].update(capture_native=[3, 3, 6], capture_canonical=[2, 5], slots=2, width=256)
+    crash = Event(
+        HEALTH,
+        "h:1:r0",
+        999,
+        2.0,
+        {"engine_error": "RuntimeError: mat1 and mat2 shapes cannot be multiplied (5x256 and 384x128)"},
+    )
+    ev = _evidence(hello)
+    book = EvidenceBook()
+    book.sources[ev.key] = ev
+    book.ingest([crash], 2.0, _no_malformed)
+    found = diagnose(book.sources[ev.key], None)
+    assert codes(found) == {"AUX_WIDTH_MISMATCH"}
+    (f,) = found
+    assert (
+        f.message.startswith("the engine crashed (RuntimeError: mat1 and mat2 shapes")
+        and "because aux width 256" in f.message
+    )
+    # without a cause, the crash stands alone
+    ev2 = _evidence(_served_by("0.5.23", "LlamaForCausalLM"))
+    book2 = EvidenceBook()
+    book2.sources[ev2.key] = ev2
+    book2.ingest([crash], 2.0, _no_malformed)
+    assert codes(diagnose(book2.sources[ev2.key], None)) == {"ENGINE_FAILED"}
 
 
 def test_order_mismatch() -> None:
@@ -265,39 +313,53 @@ def _served_by(version: str, arch: str, hello: dict = HEALTHY_HELLO) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("version", "arch", "key"),
+    ("version", "arch", "symptom", "fixed"),
     [
-        ("0.5.17", "LlamaForCausalLM", "llama-embedding-slot-crash"),
-        ("0.5.21.post1", "LlamaForCausalLM", "llama-embedding-slot-crash"),
-        ("0.5.22", "LlamaForCausalLM", None),
-        ("0.5.17", "Qwen2ForCausalLM", "qwen2-embedding-slot-aliased"),
-        ("0.5.20", "Qwen2ForCausalLM", "qwen2-embedding-slot-aliased"),
-        ("0.5.21", "Qwen2ForCausalLM", None),
+        # the two seen on real servers (an H200 and an H100 serving the built-in pair with SGLang 0.5.17)
+        ("0.5.17", "LlamaForCausalLM", "crash", "0.5.22"),
+        ("0.5.21.post1", "LlamaForCausalLM", "crash", "0.5.22"),
+        ("0.5.22", "LlamaForCausalLM", None, None),
+        ("0.5.17", "Qwen2ForCausalLM", "values", "0.5.21"),
+        ("0.5.20", "Qwen2ForCausalLM", "values", "0.5.21"),
+        ("0.5.21", "Qwen2ForCausalLM", None, None),
+        # and what the matrix found beside them, on architectures nobody here has served
+        ("0.5.18", "Qwen3ForCausalLM", "values", "0.5.21"),
+        ("0.5.19", "GptOssForCausalLM", "values", "0.5.21"),
+        ("0.5.20", "Glm4MoeForCausalLM", "crash", "0.5.21"),
+        ("0.5.17", "Qwen3MoeForCausalLM", None, None),  # its layer communicator copies the residual
     ],
 )
 def test_a_known_defect_of_the_serving_release_is_named_before_it_bites(
-    version: str, arch: str, key: str | None
+    version: str, arch: str, symptom: str | None, fixed: str | None
 ) -> None:
     """From the hello alone, with or without a manifest: the release, the target and the embedding
-    slot in the served layers."""
+    slot in the ids read. The table behind it is observed (tracer/engines/sglang/observed.json)."""
     for manifest in (_manifest(), None):
         found = [
             f
             for f in diagnose(_evidence(_served_by(version, arch)), manifest)
             if f.code == "ENGINE_KNOWN_DEFECT"
         ]
-        if key is None:
+        if symptom is None:
             assert found == []
             continue
         (f,) = found
-        assert f.severity == "error" and f.evidence["defect"] == key
-        fixed = "0.5.22" if arch.startswith("Llama") else "0.5.21"
+        assert (
+            f.severity == "error" and f.evidence["case"] == "embedding" and f.evidence["symptom"] == symptom
+        )
         assert f"SGLang {version} with a {arch} target" in f.message and f"fixed in {fixed}" in f.message
         # the way out: the release that fixes it, or training on layers that avoid the slot
         assert (
             f.fix
             == f"upgrade SGLang to {fixed} or later, or retrain the draft on layers that avoid it (e.g. [0, 2, 5] instead of [-1, 2, 5])"
         )
+
+
+def test_an_architecture_the_table_has_not_seen_is_said_not_passed() -> None:
+    found = diagnose(_evidence(_served_by("0.5.23", "MistralForCausalLM")), None)
+    (f,) = [f for f in found if f.code == "ENGINE_DEFECTS_UNKNOWN"]
+    assert f.severity == "info" and "no observation of a MistralForCausalLM on SGLang 0.5.23" in f.message
+    assert "eagle3-top preflight" in f.fix
 
 
 def test_a_draft_without_the_embedding_slot_meets_no_known_defect() -> None:
@@ -313,20 +375,26 @@ def test_a_draft_without_the_embedding_slot_meets_no_known_defect() -> None:
 
 def test_right_layers_with_wrong_values_say_so_and_name_the_release_defect() -> None:
     """The aliased embedding slot: the layer map matches training, slot 0 carries a late residual
-    stream (rms 40 vs 0.06). The finding must not tell the user to set ids the config already has."""
+    stream (rms 40 vs 0.06). The release's defect is the cause, and the drift it explains is inside
+    it; nothing tells the user to set ids the config already has."""
     aliased = [40.0, REF_RMS[1], REF_RMS[2]]
     found = diagnose(_evidence(_served_by("0.5.17", "Qwen2ForCausalLM"), rms=aliased), _manifest())
-    drift = next(f for f in found if f.code == "AUX_STATS_DRIFT")
-    assert drift.message.startswith("the layer map is right but the values are not: slot 0 (layer -1) rms 40")
-    assert "embedding tensor itself" in drift.message and "eagle_config" not in drift.fix
-    assert drift.fix.startswith(
+    (defect,) = found
+    assert defect.code == "ENGINE_KNOWN_DEFECT" and defect.evidence["symptom"] == "values"
+    assert "changed in place after capture" in defect.message
+    assert (
+        "explains: the layer map is right but the values are not: slot 0 (layer -1) rms 40" in defect.message
+    )
+    (drift,) = defect.evidence["explains"]
+    assert drift["code"] == "AUX_STATS_DRIFT" and [s["slot"] for s in drift["evidence"]["slots"]] == [0]
+    assert defect.fix.startswith(
         "upgrade SGLang to 0.5.21 or later, or retrain the draft on layers that avoid it"
     )
-    assert [s["slot"] for s in drift.evidence["slots"]] == [0]
-    assert not {"LAYER_MAP_MISMATCH", "LAYER_IDS_NOT_READ", "LAYER_ORDER_MISMATCH"} & codes(found)
+    assert "eagle_config" not in defect.fix
     # on a release without that defect the same values point at the checkpoint, not at the ids
     found = diagnose(_evidence(_served_by("0.5.23", "Qwen2ForCausalLM"), rms=aliased), _manifest())
     drift = next(f for f in found if f.code == "AUX_STATS_DRIFT")
+    assert drift.message.startswith("the layer map is right but the values are not: slot 0 (layer -1) rms 40")
     assert "layer ids are right" in drift.fix and "eagle_config" not in drift.fix
 
 
@@ -350,7 +418,9 @@ def test_a_probe_of_right_layers_with_wrong_values_names_the_slot_not_the_ids() 
     )
     assert "SGLang 0.5.17 with a Qwen2ForCausalLM target" in f.message
     assert "eagle_config" not in f.fix and f.fix.startswith("upgrade SGLang to 0.5.21")
-    assert f.evidence["wrong_slots"] == [0] and f.evidence["defects"] == ["qwen2-embedding-slot-aliased"]
+    assert f.evidence["wrong_slots"] == [0] and f.evidence["defects"] == [
+        "sglang-Qwen2ForCausalLM-embedding-0.5.17"
+    ]
 
 
 def test_ids_the_server_does_not_read_are_an_error_even_without_a_manifest() -> None:

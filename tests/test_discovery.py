@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import zmq
-from eagle3_top.tracer.endpoints import MAX_RANGE_PORTS, endpoint_list
-from eagle3_top.tracer.endpoints_file import EndpointsFile, EndpointsFileError, parse_endpoints
-from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.reader.endpoints_file import EndpointsFile, EndpointsFileError, parse_endpoints
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import HELLO, STEP, Hello, SourceId, encode
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.serving.publisher import Publisher
+from eagle3_top.tracer.transport.endpoints import MAX_RANGE_PORTS, endpoint_list
 from eagle3_top.tui.commands import demo
 from eagle3_top.tui.feed import Feed
 from stream_samples import hello, step

@@ -17,19 +17,20 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 import zmq
-from eagle3_top.tracer import curve
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest, load_manifest
-from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.export.counters import RestartSafe
+from eagle3_top.tracer.export.exporter import Exporter
+from eagle3_top.tracer.export.feed import ExportFeed
 from eagle3_top.tracer.schema import HEALTH, HELLO, STEP, AuxWiring, Hello, SourceId, encode
-from eagle3_top.tui.export_counters import RestartSafe
-from eagle3_top.tui.export_figures import ExportFeed
-from eagle3_top.tui.exporter import Exporter
+from eagle3_top.tracer.serving.publisher import Publisher
+from eagle3_top.tracer.transport import curve
 from eagle3_top.tui.feed import Feed
 from prometheus_client.parser import text_string_to_metric_families
 from stream_samples import hello, step
@@ -80,13 +81,21 @@ class Source:
     def __init__(self, sock: zmq.Socket, key: str, seq: int = 0) -> None:
         self.sock, self.key, self.seq = sock, key, seq
 
-    def send(self, kind: str, body: dict[str, object]) -> None:
-        self.sock.send(encode(kind, self.key, self.seq, time.time(), body))
+    def send(self, kind: str, body: dict[str, object], ts: float | None = None) -> None:
+        """``ts``: the publisher's stamp (now unless given)."""
+        self.sock.send(encode(kind, self.key, self.seq, time.time() if ts is None else ts, body))
         self.seq += 1
 
     def hello_until(self, seen: Callable[[], bool], h: Hello | None = None) -> None:
         """Hellos until the subscriber has joined and heard one (a PUB drops what precedes a join)."""
-        wait_for(lambda: seen() or self.send(HELLO, (h or hello()).to_body()), f"{self.key} heard")
+
+        def heard() -> bool:
+            if seen():
+                return True
+            self.send(HELLO, (h or hello()).to_body())
+            return False
+
+        wait_for(heard, f"{self.key} heard")
 
 
 def in_export(exp: Exporter, key: str) -> Callable[[], bool]:
@@ -104,9 +113,9 @@ def manifest() -> Manifest:
 
 
 def start_exporter(
-    endpoint: str, manifest: Manifest | None = None, book: EvidenceBook | None = None
+    endpoint: str, manifest: Manifest | None = None, book: EvidenceBook | None = None, **feed: Any
 ) -> Exporter:
-    return Exporter(ExportFeed([endpoint], manifest=manifest, book=book), "127.0.0.1", 0).start()
+    return Exporter(ExportFeed([endpoint], manifest=manifest, book=book, **feed), "127.0.0.1", 0).start()
 
 
 def healthy_hello(manifest: Manifest) -> Hello:
@@ -133,8 +142,12 @@ def test_metrics_agree_with_the_monitor_and_flag_the_miswired_source(
     monitor = Feed([endpoint], manifest=manifest).start()  # the monitor's own view of the same stream
     try:
         bad, good = Source(sock, "gpu-a:11:r0"), Source(sock, "gpu-b:12:r1")
+
+        def both_heard(key: str) -> Callable[[], bool]:
+            return lambda: in_export(exp, key)() and monitor.snapshot().source(key) is not None
+
         for src, h in ((bad, hello()), (good, healthy_hello(manifest))):
-            src.hello_until(lambda s=src: in_export(exp, s.key)() and monitor.snapshot().source(s.key), h)
+            src.hello_until(both_heard(src.key), h)
         for i in range(STEPS):
             bad.send(STEP, step(i))
             good.send(STEP, step(1000 + i))
@@ -280,6 +293,92 @@ def test_a_book_that_forgot_a_source_keeps_its_counters(pub: tuple[zmq.Socket, s
         s = scrape(exp.url)
         assert value(s, "eagle3_verify_steps_total", source=a.key) == 25
         assert value(s, "eagle3_accept_length_count", source=a.key) == first + 5 * 4
+    finally:
+        exp.close()
+
+
+def test_the_lean_feed_folds_every_event_once_across_bounded_batches(pub: tuple[zmq.Socket, str]) -> None:
+    """Receive batches of 16 frames and folds of at most 64: a burst of 600 steps from two sources of
+    different batch widths spans dozens of each, and /metrics counts each step once; a hole in seq
+    is counted as missed."""
+    sock, endpoint = pub
+    exp = start_exporter(endpoint, recv_batch=16, max_fold=64)
+    try:
+        a, b = Source(sock, "a:1:r0"), Source(sock, "b:2:r0")
+        for src in (a, b):
+            src.hello_until(in_export(exp, src.key))
+        n = 300
+        for i in range(n):
+            a.send(STEP, step(i))
+            b.send(STEP, step(5000 + i, batch=8, max_accept=4))
+        wait_for(
+            lambda: (
+                [get(scrape(exp.url), "eagle3_verify_steps_total", source=k) for k in (a.key, b.key)]
+                == [n, n]
+            ),
+            "every step of both sources",
+        )
+        s = scrape(exp.url)
+        for src, first, batch, top in ((a, 0, 4, 3), (b, 5000, 8, 4)):
+            k = src.key
+            acc = np.concatenate(  # what the stream held, counted here
+                [np.random.default_rng(i).integers(0, top, batch) for i in range(first, first + n)]
+            )
+            buckets = [
+                value(s, "eagle3_accept_length_bucket", source=k, le=str(j)) for j in range(1, top + 1)
+            ]
+            assert (
+                np.diff(buckets, prepend=0).tolist() == np.bincount(acc + 1, minlength=top + 1)[1:].tolist()
+            )
+            assert value(s, "eagle3_accept_length_count", source=k) == acc.size
+            assert value(s, "eagle3_accept_length_sum", source=k) == acc.sum() + acc.size
+            assert value(s, "eagle3_accepted_tokens_total", source=k) == acc.sum()
+            assert value(s, "eagle3_drafted_tokens_total", source=k) == acc.size * 3
+            assert value(s, "eagle3_missed_events_total", source=k) == 0
+        assert exp.feed.batches > 2 * n // 64  # it did fold in bounded pieces
+        # the exporter keeps no per-request figures: nothing of the requests is parked or folded
+        assert all(
+            st.requests.events == 0 and not st.requests.recent for st in exp.feed.book.sources.values()
+        )
+        a.seq += 5  # five events lost on the way
+        a.send(STEP, step(n))
+        wait_for(
+            lambda: get(scrape(exp.url), "eagle3_verify_steps_total", source=a.key) == n + 1, "the step after"
+        )
+        assert value(scrape(exp.url), "eagle3_missed_events_total", source=a.key) == 5
+    finally:
+        exp.close()
+
+
+def test_the_age_says_how_far_behind_the_fold_is(pub: tuple[zmq.Socket, str]) -> None:
+    """A frame stamped 30 s before it is folded (as one that waited in a queue): the fold lag and the
+    age say 30 s, while the source, heard just now, stays up; a fresh frame brings both back."""
+    sock, endpoint = pub
+    exp = start_exporter(endpoint)
+    try:
+        src = Source(sock, "late:4:r0")
+        src.hello_until(in_export(exp, src.key))
+        for i in range(5):
+            src.send(STEP, step(i))
+        wait_for(lambda: get(scrape(exp.url), "eagle3_verify_steps_total", source=src.key) == 5, "5 steps")
+        s = scrape(exp.url)
+        assert value(s, "eagle3_fold_lag_seconds", source=src.key) < 5
+        assert value(s, "eagle3_last_event_age_seconds", source=src.key) < 5
+        src.send(STEP, step(5), ts=time.time() - 30)
+        wait_for(
+            lambda: get(scrape(exp.url), "eagle3_verify_steps_total", source=src.key) == 6, "the late step"
+        )
+        s = scrape(exp.url)
+        assert value(s, "eagle3_fold_lag_seconds", source=src.key) >= 29
+        assert value(s, "eagle3_last_event_age_seconds", source=src.key) >= 29
+        assert value(s, "eagle3_source_up", source=src.key) == 1  # late, not silent
+        src.send(STEP, step(6))
+        wait_for(
+            lambda: get(scrape(exp.url), "eagle3_verify_steps_total", source=src.key) == 7, "a fresh step"
+        )
+        s = scrape(exp.url)
+        assert value(s, "eagle3_fold_lag_seconds", source=src.key) < 5
+        assert value(s, "eagle3_last_event_age_seconds", source=src.key) < 5
     finally:
         exp.close()
 

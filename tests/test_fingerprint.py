@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from eagle3_top.tracer.fingerprint import SKETCH_DIM, fingerprint_now, sketch_cosine, sketch_matrix  # noqa: E402
+from eagle3_top.tracer.serving.fingerprint import SKETCH_DIM, fingerprint_now, sketch_cosine, sketch_matrix  # noqa: E402
 
 
 def _aux(rows: int = 41, width: int = 64, scales: tuple[float, ...] = (0.05, 4.0, 20.0)) -> torch.Tensor:
@@ -66,7 +66,7 @@ def test_width_not_divisible_is_a_clear_error() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_path_adds_no_host_sync() -> None:
-    from eagle3_top.tracer.fingerprint import fingerprint
+    from eagle3_top.tracer.serving.fingerprint import fingerprint
 
     x = _aux().cuda().to(torch.bfloat16)
     fingerprint(x, 3)  # warm-up: sketch matrix upload is a one-off copy
@@ -84,8 +84,8 @@ def test_cuda_path_adds_no_host_sync() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("shape", [(37, 3, 100), (1024, 3, 7168), (300, 2, 4096)])
 def test_fused_cuda_path_agrees_with_the_torch_path(shape: tuple[int, int, int]) -> None:
-    from eagle3_top.tracer import fingerprint_cuda
-    from eagle3_top.tracer.fingerprint import _raw_stats, _sketch_on
+    from eagle3_top.tracer.serving import fingerprint_cuda
+    from eagle3_top.tracer.serving.fingerprint import _raw_stats, _sketch_on
 
     if not fingerprint_cuda.available():
         pytest.skip(f"triton unavailable: {fingerprint_cuda._failed}")
@@ -103,7 +103,7 @@ def test_fused_cuda_path_agrees_with_the_torch_path(shape: tuple[int, int, int])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_host_copy_reuses_pinned_buffers() -> None:
-    from eagle3_top.tracer.deferred import PINNED, HostCopy
+    from eagle3_top.tracer.serving.deferred import PINNED, HostCopy
 
     t = torch.arange(10, device="cuda")
     HostCopy(t).resolve()
@@ -116,7 +116,7 @@ def test_host_copy_reuses_pinned_buffers() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_large_gpu_batches_are_fingerprinted_on_strided_rows() -> None:
-    from eagle3_top.tracer.fingerprint import MAX_DEVICE_ROWS
+    from eagle3_top.tracer.serving.fingerprint import MAX_DEVICE_ROWS
 
     x = _aux(rows=1024).cuda()
     fp = fingerprint_now(x, 3)
@@ -134,7 +134,7 @@ def test_serving_path_snapshot_is_the_fingerprint_of_the_rows_when_taken() -> No
     after (a CUDA graph's next replay) does not change what was taken."""
     import threading
 
-    from eagle3_top.tracer.fingerprint import fingerprint_snapshot
+    from eagle3_top.tracer.serving.fingerprint import fingerprint_snapshot
 
     x = _aux(rows=1024).cuda().to(torch.bfloat16)
     before = x.clone()
@@ -158,7 +158,7 @@ def test_serving_path_snapshot_is_the_fingerprint_of_the_rows_when_taken() -> No
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_copy_without_its_own_event_waits_for_the_engines() -> None:
-    from eagle3_top.tracer.deferred import HostCopy
+    from eagle3_top.tracer.serving.deferred import HostCopy
 
     t = torch.arange(10, device="cuda")
     c = HostCopy(t, record=False)

@@ -1,7 +1,7 @@
 """The GPU fingerprint kernels' arithmetic, on CPU, under Triton's interpreter.
 
-``tracer/fingerprint_cuda.py`` (two reductions and the result-copy kernel) and
-``tracer/fingerprint_cuda_onepass.py`` run on an H200 in production, and this project's GPU time is
+``tracer/serving/fingerprint_cuda.py`` (two reductions and the result-copy kernel) and
+``tracer/serving/fingerprint_cuda_onepass.py`` run on an H200 in production, and this project's GPU time is
 scarce; ``TRITON_INTERPRET=1`` runs the same ``@triton.jit`` functions with numpy on CPU tensors, so
 every CI run checks them against the torch path (``fingerprint._raw_stats``) on NaN rows, Inf rows
 and strided views. The interpreter runs a grid's programs one after another, so this checks the
@@ -39,9 +39,9 @@ CHILD = r"""
 import json
 import numpy as np
 import torch
-from eagle3_top.tracer import fingerprint as fp
-from eagle3_top.tracer import fingerprint_cuda as fc
-from eagle3_top.tracer import fingerprint_cuda_onepass as op
+from eagle3_top.tracer.serving import fingerprint as fp
+from eagle3_top.tracer.serving import fingerprint_cuda as fc
+from eagle3_top.tracer.serving import fingerprint_cuda_onepass as op
 
 assert fc.available(), fc._failed
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from eagle3_top.tracer.analysis.acceptance import AcceptanceStats
 from eagle3_top.tracer.analysis.findings import ERROR, WARNING, Finding
-from eagle3_top.tracer.ledger import Loss
+from eagle3_top.tracer.reader.ledger import Loss
 from eagle3_top.tracer.schema import Health
 from eagle3_top.tui.fleet import CLOSED, GONE, REPLACED, RESTARTED, STALE, fleet_summary
 from eagle3_top.tui.snapshot import Snapshot, SourceSnapshot

@@ -13,8 +13,8 @@ import pytest
 import zmq
 from conftest import screen_text, wait_until
 from eagle3_top.tracer.analysis.diagnose import MIN_AUX_ROWS
-from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import AUX, HELLO, STEP, Hello, SourceId, encode
+from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tui.app import Eagle3TopApp
 from eagle3_top.tui.fleet_screen import FleetScreen
 from eagle3_top.tui.source_picker import SourcePicker

@@ -15,10 +15,10 @@ import zmq
 from conftest import screen_text, wait_connected, wait_until
 from eagle3_top.tracer.analysis.diagnose import diagnose
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
-from eagle3_top.tracer.publisher import Publisher
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import HEALTH, HELLO, STEP, SourceId, decode, encode, step_body
 from eagle3_top.tracer.schema.text import printable
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tui.snapshot import take_snapshot
 from fuzz_frames import frames
 

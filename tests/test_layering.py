@@ -54,11 +54,11 @@ IN_SERVER = [
     "eagle3_top.hooks.sglang.verify",
     "eagle3_top.hooks.sglang.probe",
     "eagle3_top.hooks.toy_tracing",
-    "eagle3_top.tracer.tracer",
-    "eagle3_top.tracer.curve",
+    "eagle3_top.tracer.serving.tracer",
+    "eagle3_top.tracer.transport.curve",
 ]
 NEVER_IN_SERVER = re.compile(
-    r"^(eagle3_top\.tracer\.analysis|eagle3_top\.tracer\.subscriber|eagle3_top\.tracer\.recording|eagle3_top\.tui|textual|rich"
+    r"^(eagle3_top\.tracer\.analysis|eagle3_top\.tracer\.reader|eagle3_top\.tui|textual|rich"
     r"|urllib\.request|http\.client|concurrent\.futures|asyncio)(\.|$)"
 )
 
@@ -77,7 +77,7 @@ def test_the_serving_process_loads_nothing_of_the_analysis() -> None:
         text=True,
         check=True,
     ).stdout.split()
-    assert "eagle3_top.tracer.publisher" in out and "eagle3_top.tracer.schema" in out
+    assert "eagle3_top.tracer.serving.publisher" in out and "eagle3_top.tracer.schema" in out
     loaded = [m for m in out if NEVER_IN_SERVER.match(m)]
     assert not loaded, f"the in-server modules load {loaded}"
 

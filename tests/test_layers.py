@@ -1,13 +1,13 @@
-"""The layer convention and SGLang's per-family rules (tracer/layers.py), and reading what a live
-target holds (tracer/wiring.py): plain objects, no engine. The same rules are checked against SGLang's
+"""The layer convention and SGLang's per-family rules (tracer/engines/sglang/capture.py), and reading what a live
+target holds (tracer/serving/wiring.py): plain objects, no engine. The same rules are checked against SGLang's
 real model classes in test_sglang_wiring.py."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from eagle3_top.tracer import layers as ln
-from eagle3_top.tracer.wiring import LiveCapture, live_capture
+from eagle3_top.tracer.engines.sglang import capture as ln
+from eagle3_top.tracer.serving.wiring import LiveCapture, live_capture
 
 
 def test_native_rules_per_family() -> None:

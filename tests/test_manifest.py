@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest, write_manifest  # noqa: E402
 from eagle3_top.tracer.analysis.manifest_build import build_manifest  # noqa: E402
 from eagle3_top.tracer.analysis.trainfiles import TrainFileError, load_sample  # noqa: E402
-from eagle3_top.tracer.fingerprint import fingerprint_now  # noqa: E402
+from eagle3_top.tracer.serving.fingerprint import fingerprint_now  # noqa: E402
 
 H = 32
 SCALES = (0.05, 3.0, 12.0)

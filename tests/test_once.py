@@ -10,8 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import STEP, SourceId
+from eagle3_top.tracer.serving.publisher import Publisher
 from stream_samples import hello, step
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
@@ -35,7 +35,9 @@ def test_once_on_the_shipped_recording_prints_the_table_and_the_findings() -> No
     assert lengths[0] < 1.5 < 3.5 < lengths[1]
     assert sum("none" in row for row in rows.values()) == 1 and any("errors" in row for row in rows.values())
     assert (
-        "ERROR   LAYER_IDS_NOT_READ" in r.stdout and "fix: nest eagle_aux_hidden_state_layer_ids" in r.stdout
+        "ERROR   LAYER_IDS_NOT_READ" in r.stdout
+        and "fix: put eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 2, 5] in the draft's config.json"
+        in r.stdout
     )
 
     j = run("--replay", sample, "--manifest", manifest, "--json")  # --json implies --once
@@ -130,8 +132,12 @@ def test_baseline_says_whether_speculation_pays_off() -> None:
         assert p["baseline_tok_s"] == 300 and p["speedup"] == p["tok_s"] / 300
         assert abs(p["break_even_accept_length"] - p["accept_length"] * 300 / p["tok_s"]) < 1e-9
     assert bad["payoff"]["speedup"] < 1 < good["payoff"]["speedup"]
-    slower = [f for f in bad["findings"] if f["code"] == "SPECULATION_SLOWER_THAN_BASELINE"]
-    assert len(slower) == 1 and slower[0]["severity"] == "error"
+    # the mis-wired source's cause (the ids not read) explains its slowness: inside it, not beside it
+    (cause,) = [f for f in bad["findings"] if f["code"] == "LAYER_IDS_NOT_READ"]
+    slower = [f for f in cause["evidence"]["explains"] if f["code"] == "SPECULATION_SLOWER_THAN_BASELINE"]
+    assert len(slower) == 1 and cause["severity"] == "error"
+    assert "without speculation" in cause["message"]
+    assert not any(f["code"] == "SPECULATION_SLOWER_THAN_BASELINE" for f in bad["findings"])
     assert slower[0]["evidence"]["break_even_accept_length"] == bad["payoff"]["break_even_accept_length"]
     assert not any(f["code"] == "SPECULATION_SLOWER_THAN_BASELINE" for f in good["findings"])
     text = run("--replay", sample, "--once", "--baseline-tok-s", "300").stdout

@@ -33,8 +33,8 @@ def test_wheel_contents(tmp_path) -> None:
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"eagle3_top"}, top  # no bare tracer/ tui/ hooks/ packages in site-packages
     for required in (
-        "eagle3_top/tracer/publisher.py",
-        "eagle3_top/tracer/recording/reader.py",
+        "eagle3_top/tracer/serving/publisher.py",
+        "eagle3_top/tracer/reader/recording/reader.py",
         "eagle3_top/tui/app.tcss",
         "eagle3_top/hooks/sglang/plugin.py",
         "eagle3_top/hooks/toy/weights/target/model.pt",

@@ -11,10 +11,10 @@ import pytest
 from conftest import screen_text, wait_until
 from eagle3_top.tracer.analysis.manifest import Manifest, load_manifest
 from eagle3_top.tracer.analysis.probe_run import probe_rid
-from eagle3_top.tracer.publisher import Publisher
-from eagle3_top.tracer.recording import RecordingWriter
-from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.reader.recording import RecordingWriter
+from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tracer.schema import HELLO, PROBE, STEP, DraftClaims, encode, probe_body
+from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tui.app import Eagle3TopApp
 from eagle3_top.tui.plots_screen import PlotsScreen
 from eagle3_top.tui.replay_app import ReplayApp

@@ -34,10 +34,12 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def preflight(
-    pair: Path, draft: str, *extra: str, json_out: bool = False
+    pair: Path, draft: str, *extra: str, json_out: bool = False, observe: bool = False
 ) -> subprocess.CompletedProcess[str]:
+    """The command from the rules and the observed table (``observe``: with the installed release's
+    own classes run, test_sglang_preflight.py)."""
     argv = [*CLI, "preflight", "--model-path", str(pair / "target"), "--speculative-draft-model-path",
-            str(pair / draft), *extra]  # fmt: skip
+            str(pair / draft), *extra, *(() if observe else ("--from-table",))]  # fmt: skip
     if json_out:
         argv.append("--json")
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
@@ -65,7 +67,7 @@ def test_the_healthy_pair_passes_and_says_what_the_server_will_capture(pair: Pat
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SGLang 0.5.17 (--sglang-version); target LlamaForCausalLM (8 layers, hidden 128)" in r.stdout
-    assert "ids read: [0, 2, 5] (eagle_config)" in r.stdout
+    assert "ids read: [0, 2, 5] (eagle_config.eagle_aux_hidden_state_layer_ids)" in r.stdout
     assert "captured, in this order: native [1, 3, 6] = canonical [0, 2, 5]" in r.stdout
     assert (
         "aux width 384 (3 slots); the draft's fc expects 384 (model.fc.weight in the draft's safetensors)"
@@ -176,6 +178,73 @@ def test_bad_input_is_one_line_and_exit_2(pair: Path, tmp_path: Path, damage: st
     )  # fmt: skip
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("eagle3-top preflight: ") and said in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("which", "edit", "said"),
+    [
+        ("target", {"num_hidden_layers": "8"}, 'num_hidden_layers is a string "8", not a whole number'),
+        (
+            "target",
+            {"num_hidden_layers": None},
+            "no num_hidden_layers (the engine cannot build the model without it)",
+        ),
+        (
+            "target",
+            {"num_hidden_layers": 2**63 - 1},
+            "num_hidden_layers = 9223372036854775807 is outside 1 – 4096",
+        ),
+        ("target", {"hidden_size": 1e308}, "hidden_size is a number 1e+308, not a whole number"),
+        ("target", {"architectures": 5}, "architectures is a number 5, not a list of class names"),
+        ("draft", {"eagle_config": "nested"}, 'eagle_config is a string "nested", not an object'),
+        (
+            "draft",
+            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ["a", None]}},
+            'eagle_config.eagle_aux_hidden_state_layer_ids holds a string "a", not a layer number',
+        ),
+        (
+            "draft",
+            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(range(2000))}},
+            "holds 2000 ids, more than any target has layers",
+        ),
+        ("draft", {"draft_vocab_size": float("nan")}, "draft_vocab_size is NaN, not a whole number"),
+    ],
+)
+def test_configs_are_read_as_the_engine_reads_them_and_refused_in_one_line(
+    pair: Path, tmp_path: Path, which: str, edit: dict[str, Any], said: str
+) -> None:
+    """What SGLang would refuse at start-up, or read as something the file does not say: exit 2, one
+    line naming the file and the field; never a traceback, a made-up width or a pass."""
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    shutil.copytree(pair / "target", target)
+    shutil.copytree(pair / "draft-no-embed", draft)
+    path = (target if which == "target" else draft) / "config.json"
+    cfg = json.loads(path.read_text())
+    for k, v in edit.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    path.write_text(json.dumps(cfg))
+    r = subprocess.run(
+        [*CLI, "preflight", "--model-path", str(target), "--speculative-draft-model-path", str(draft), *CHAIN],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and str(path) in r.stderr and said in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("0.4.0", "SGLang 0.4.0 is outside the releases eagle3-top knows (0.5.17 – 0.5.23)"),
+        ("0.6.1", "SGLang 0.6.1 is outside the releases eagle3-top knows"),
+        ("banana", "'banana' is not a SGLang version"),
+    ],
+)
+def test_a_release_it_does_not_know_is_refused_not_judged(pair: Path, version: str, said: str) -> None:
+    r = preflight(pair, "draft-no-embed", "--sglang-version", version, *CHAIN)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
 
 
 def test_flags_sglang_refuses_to_start_with_are_refused_in_one_line(pair: Path) -> None:

@@ -93,7 +93,7 @@ def test_probe_body_roundtrip_and_compare_with_offset() -> None:
 def test_sglang_prefill_rows_are_segmented_per_request(recording_pub) -> None:
     torch = pytest.importorskip("torch")
     from eagle3_top.hooks.sglang.probe import make_around_prefill_extend
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     pub = recording_pub
     tracer = Tracer(pub)  # type: ignore[arg-type]
@@ -299,7 +299,7 @@ def test_not_an_sglang_server_is_exit_2(toys, manifest) -> None:
 def test_probe_over_curve_needs_the_keys(manifest, tmp_path) -> None:
     """A CURVE-encrypted server stream: the probe reads it with the client's certificate, and a
     probe without one never sees the stream (exit 2, one line), while the HTTP side is unaffected."""
-    from eagle3_top.tracer import curve
+    from eagle3_top.tracer.transport import curve
 
     server_pub, server_sec = curve.generate(str(tmp_path / "server"), "server")
     _, client_sec = curve.generate(str(tmp_path / "clients"), "probe")
@@ -322,7 +322,7 @@ def test_probe_over_curve_needs_the_keys(manifest, tmp_path) -> None:
 
 
 async def test_probe_panel_shows_matrix_and_verdict(manifest) -> None:
-    from eagle3_top.tracer.publisher import Publisher
+    from eagle3_top.tracer.serving.publisher import Publisher
     from eagle3_top.tui.app import Eagle3TopApp
 
     man = load_manifest(manifest)

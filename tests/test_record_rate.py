@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import zmq
 import zstandard
-from eagle3_top.tracer.recording import UNDECODABLE, RecordingWriter, SeqGaps, read_recording
-from eagle3_top.tracer.recording.chunked import ChunkedMcapWriter
+from eagle3_top.tracer.reader.recording import UNDECODABLE, RecordingWriter, SeqGaps, read_recording
+from eagle3_top.tracer.reader.recording.chunked import ChunkedMcapWriter
 from eagle3_top.tracer.schema import HEALTH, STEP, DecodeError, Envelope, decode, encode, peek, step_body
 from eagle3_top.tracer.schema.health import Health
 from fuzz_frames import frames

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 import zmq
-from eagle3_top.tracer.publisher import Publisher
-from eagle3_top.tracer.recording import SCHEMA_NAME, UNDECODABLE, RecordingWriter, read_recording
+from eagle3_top.tracer.reader.recording import SCHEMA_NAME, UNDECODABLE, RecordingWriter, read_recording
 from eagle3_top.tracer.schema import (
     STEP,
     SourceId,
     decode,
     encode,
 )
+from eagle3_top.tracer.serving.publisher import Publisher
 from mcap.reader import make_reader
 from stream_samples import hello, step
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from eagle3_top.tracer.recording import (
+from eagle3_top.tracer.reader.recording import (
     NotARecording,
     RecordingReader,
     RecordingWriter,

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterator
 import msgpack
 import pytest
 import zmq
-from eagle3_top.tracer import curve
-from eagle3_top.tracer.publisher import Publisher
-from eagle3_top.tracer.recording import RecordingWriter, read_recording
-from eagle3_top.tracer.relay import Relay
-from eagle3_top.tracer.relay_recorder import CaptureRecorder
+from eagle3_top.tracer.reader.recording import RecordingWriter, read_recording
+from eagle3_top.tracer.reader.relay import Relay
+from eagle3_top.tracer.reader.relay_recorder import CaptureRecorder
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import STEP, SourceId, encode, peek
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.serving.publisher import Publisher
+from eagle3_top.tracer.transport import curve
 from eagle3_top.tui.commands import relay as relay_cmd
 from stream_samples import step
 

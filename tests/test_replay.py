@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import screen_text, wait_until
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
-from eagle3_top.tracer.ledger import FrameLedger
-from eagle3_top.tracer.recording import read_recording
-from eagle3_top.tracer.replay import Timeline, parse_seek, parse_speed
+from eagle3_top.tracer.reader.ledger import FrameLedger
+from eagle3_top.tracer.reader.recording import read_recording
+from eagle3_top.tracer.reader.replay import Timeline, parse_seek, parse_speed
 from eagle3_top.tui.replay_app import ReplayApp
 from eagle3_top.tui.replay_feed import CHECKPOINT_EVERY, ReplayFeed
 from stream_samples import T0_NS, write_session
@@ -196,7 +196,7 @@ def test_a_seek_back_rebuilds_the_book_as_it_stood_then(session: tuple[str, int]
 def test_a_seek_to_a_checkpoint_let_go_meanwhile_goes_back_further(session: tuple[str, int]) -> None:
     """The feed thins its checkpoints while a seek that chose one of them is pending: the frames
     are handed out again from an earlier one, and the book is still right."""
-    from eagle3_top.tracer.ledger import FrameLedger as Ledger
+    from eagle3_top.tracer.reader.ledger import FrameLedger as Ledger
 
     path, _ = session
     tl = Timeline(path, speed=None)
@@ -258,7 +258,7 @@ def test_replay_refuses_bad_input_in_one_line(session: tuple[str, int], tmp_path
     text = tmp_path / "notes.txt"
     text.write_text("not a recording\n")
     empty = tmp_path / "empty.mcap"
-    from eagle3_top.tracer.recording import RecordingWriter
+    from eagle3_top.tracer.reader.recording import RecordingWriter
 
     RecordingWriter(str(empty)).close()
     cases = {
@@ -435,7 +435,7 @@ def test_follow_keeps_up_with_a_file_being_written(tmp_path: Path) -> None:
     replay's book, in order, and the replay waits at the end instead of stopping."""
     import threading
 
-    from eagle3_top.tracer.recording import RecordingWriter
+    from eagle3_top.tracer.reader.recording import RecordingWriter
     from eagle3_top.tracer.schema import HELLO, STEP, encode
     from stream_samples import hello, step
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import screen_text, wait_until
-from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tui.replay_app import ReplayApp
 from eagle3_top.tui.requests_screen import RequestsScreen
 from eagle3_top.tui.timeline_screen import TimelineScreen

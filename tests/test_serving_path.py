@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 
 from eagle3_top.hooks.sglang import verify  # noqa: E402
 from eagle3_top.hooks.sglang.verify import make_around_process_result, make_around_verify  # noqa: E402
-from eagle3_top.tracer.publisher import MemoryPublisher  # noqa: E402
 from eagle3_top.tracer.schema import STEP  # noqa: E402
-from eagle3_top.tracer.tracer import Tracer  # noqa: E402
+from eagle3_top.tracer.serving.publisher import MemoryPublisher  # noqa: E402
+from eagle3_top.tracer.serving.tracer import Tracer  # noqa: E402
 
 
 class CopyDone:

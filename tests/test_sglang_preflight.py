@@ -83,12 +83,15 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out)
 
 
-def run_preflight(pair: str, draft: str, spec: dict[str, int]) -> subprocess.CompletedProcess[str]:
+def run_preflight(
+    pair: str, draft: str, spec: dict[str, int], target: str = "target", observe: bool = False
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "eagle3_top.tui.cli", "preflight", "--json", "--model-path",
-            os.path.join(pair, "target"), "--speculative-draft-model-path", os.path.join(pair, draft)]  # fmt: skip
+            os.path.join(pair, target), "--speculative-draft-model-path", os.path.join(pair, draft),
+            *(() if observe else ("--from-table",))]  # fmt: skip
     for k, v in spec.items():
         argv += ["--" + k.replace("_", "-"), str(v)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
 
 def predicted(pair: str, draft: str, spec: dict[str, int]) -> dict[str, Any]:
@@ -103,7 +106,7 @@ def test_preflight_predicts_what_sglang_resolves_and_captures(exported: str) -> 
     for (draft, spec), got in zip(CASES, real["cases"], strict=True):
         out = predicted(exported, draft, spec)
         # by default preflight applies the installed release's rules: the one under test here
-        assert out["sglang_version"] == importlib.metadata.version("sglang")
+        assert out["engine_version"] == importlib.metadata.version("sglang")
         eff = out["hello"]["spec"]["effective"]
         assert [eff["num_steps"], eff["topk"], eff["num_draft_tokens"]] == got["flags"], (draft, spec)
         assert out["hello"]["aux"]["capture_native"] == got["capture"], (draft, spec)
@@ -112,3 +115,112 @@ def test_preflight_predicts_what_sglang_resolves_and_captures(exported: str) -> 
         assert why is not None, spec
         r = run_preflight(exported, "draft-no-embed", spec)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "SGLang" in r.stderr, (spec, r.stderr)
+
+
+VERSION = importlib.metadata.version("sglang")
+
+
+@pytest.mark.parametrize(
+    ("target", "symptom_before_fix", "fixed"),
+    [("target-qwen2", "values", (0, 5, 21)), ("target", "crash", (0, 5, 22))],
+)
+def test_preflight_runs_the_installed_releases_classes_and_says_what_they_did(
+    exported: str, target: str, symptom_before_fix: str, fixed: tuple[int, ...]
+) -> None:
+    """The draft reads the embedding slot. Where the release is installed, preflight runs its own
+    target class at the target's depth on the CPU: before the fix the slot is changed after capture
+    (Qwen2) or the forward crashes (Llama), from the release's own code; after it, every slot holds
+    the layer it was captured at."""
+    r = run_preflight(exported, "draft", CHAIN, target=target, observe=True)
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    assert out["engine_version"] == VERSION and out["observed"] is not None
+    assert "running SGLang" in r.stderr and "own classes" in r.stderr  # progress on stderr
+    note = next(n for n in out["notes"] if n.startswith("observed: "))
+    assert f"SGLang {VERSION}'s own sglang.srt.models." in note
+    broken = tuple(int(p) for p in VERSION.split(".")[:3]) < fixed
+    if broken:
+        assert out["observed"]["outcome"] == symptom_before_fix
+        assert r.returncode == 1 and {f["code"] for f in out["findings"]} == {"ENGINE_KNOWN_DEFECT"}
+        assert out["findings"][0]["evidence"]["symptom"] == symptom_before_fix
+    else:
+        assert out["observed"]["outcome"] == "clean"
+        assert "its slots hold canonical [-1, 2, 5], each the layer it was captured at" in note
+        assert r.returncode == 0 and out["findings"] == []
+
+
+# Published EAGLE-3 drafts with their real targets (tests/data/published/SOURCES.md says where each
+# came from): the prediction from the rules and the table against what the installed release's own
+# classes do with them, at the target's real depth.
+PUBLISHED = [
+    ("llama3.1-Meta-Llama-3.1-8B-target.json", "llama3.1-Llama-3.1-8B-Instruct-specforge-draft.json"),
+    ("llama3.1-Meta-Llama-3.1-70B-target.json", "llama3.3-Llama-3.3-70B-Instruct-specforge-draft.json"),
+    ("llama4-Llama-4-Scout-17B-16E-Instruct-target.json", "llama4-Llama-4-Scout-17B-16E-Instruct-specforge-draft.json"),
+    ("qwen2.5-Qwen2.5-7B-target.json", "qwen2.5-Qwen2.5-7B-Instruct-specforge-draft.json"),
+    ("qwen3-Qwen3-8B-target.json", "qwen3-Qwen3-8B-specforge-draft.json"),
+    ("qwen3-Qwen3-32B-target.json", "qwen3-Qwen3-32B-specforge-draft.json"),
+    ("qwen3moe-Qwen3-30B-A3B-target.json", "qwen3moe-Qwen3-30B-A3B-Instruct-2507-specforge-draft.json"),
+    ("qwen3moe-Qwen3-235B-A22B-target.json", "qwen3moe-Qwen3-235B-A22B-Instruct-2507-specforge-draft.json"),
+    ("qwen3moe-Qwen3-Coder-480B-A35B-Instruct-target.json", "qwen3moe-Qwen3-Coder-480B-A35B-Instruct-specforge-draft.json"),
+    ("qwen3next-Qwen3-Next-80B-A3B-Thinking-target.json", "qwen3next-Qwen3-Next-80B-A3B-Instruct-specforge-draft.json"),
+    ("gptoss-gpt-oss-20b-target.json", "gptoss-gpt-oss-20b-specforge-draft.json"),
+    ("gptoss-gpt-oss-120b-target.json", "gptoss-gpt-oss-120b-specforge-draft.json"),
+    ("deepseekv3-DeepSeek-V3-target.json", "deepseekv3-DeepSeek-V3-specforge-draft.json"),
+    ("kimik2-Kimi-K2-Instruct-target.json", "kimik2-Kimi-K2-Instruct-AQ-MedAI-draft.json"),
+    ("kimik25-Kimi-K2.5-target.json", "kimik25-Kimi-K2.5-AQ-MedAI-draft.json"),
+    ("kimik25-Kimi-K2.5-target.json", "kimik25-Kimi-K2.5-specforge-draft.json"),
+    ("gemma4-gemma-4-26B-A4B-target.json", "gemma4-gemma-4-26B-A4B-specforge-draft.json"),
+    ("qwen3.5moe-Qwen3.5-35B-A3B-target.json", "qwen3.5moe-Qwen3.5-35B-A3B-specforge-draft.json"),
+]  # fmt: skip
+PUBLISHED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "published")
+
+
+def child_published() -> list[dict[str, Any]]:
+    """Each pair observed with the installed release's classes (the ids as the draft writes them,
+    the target at its own depth), in one interpreter."""
+    from eagle3_top.hooks.sglang.observe import GIVEN, observe
+
+    rows = []
+    for target, draft in PUBLISHED:
+        with open(os.path.join(PUBLISHED_DIR, target)) as f:
+            tcfg = json.load(f)
+        with open(os.path.join(PUBLISHED_DIR, draft)) as f:
+            dcfg = json.load(f)
+        got = {r["case"]: r for r in observe(tcfg, dcfg, cases=(GIVEN, "distinct"), progress=None)}
+        rows.append({"pair": [target, draft], "given": got[GIVEN], "distinct": got["distinct"]})
+    return rows
+
+
+def _model_dir(root: str, name: str, source: str) -> str:
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(PUBLISHED_DIR, source)) as f, open(os.path.join(d, "config.json"), "w") as g:
+        g.write(f.read())
+    return d
+
+
+def test_preflight_on_published_pairs_agrees_with_what_the_release_does(tmp_path: Any) -> None:
+    from eagle3_top.tracer.analysis.preflight import predict
+    from eagle3_top.tracer.engines.base import SpecArgs
+    from eagle3_top.tracer.engines.sglang import ENGINE
+
+    observed = sglang_cpu.run_child("test_sglang_preflight", "child_published")
+    for row in observed:
+        target, draft = row["pair"]
+        t = _model_dir(str(tmp_path), target, target)
+        d = _model_dir(str(tmp_path), draft, draft)
+        p = predict(t, d, SpecArgs("EAGLE3", 3, 1, None), VERSION)
+        aux = p.hello.aux
+        assert aux is not None
+        given = row["given"]
+        outcome = ENGINE.observed_outcome(given, row["distinct"])
+        assert outcome.kind != "unobserved", (row["pair"], outcome)
+        # the ids the release read and the capture list it set are the ones predicted ...
+        assert (aux.ids_read, aux.capture_native) == (given["ids_read"], given["native"]), row["pair"]
+        defects = ENGINE.known_defects(VERSION, p.hello.model.arch, aux.ids_read, p.hello.model.num_layers)
+        if outcome.kind == "clean":
+            # ... each slot holds the layer the rules say it captures, and no defect is predicted
+            assert [s["holds"] for s in given["slots"]] == aux.capture_canonical, row["pair"]
+            assert defects == [], row["pair"]
+        else:  # ... or the release fails on it, and the table says so before it is run
+            assert outcome.kind in {d.symptom for d in defects}, (row["pair"], outcome)

@@ -123,7 +123,7 @@ def _run_two_ranks(all_ranks: bool, child: str = "child_rank") -> dict[str, Any]
     import time
 
     from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
-    from eagle3_top.tracer.subscriber import Subscriber
+    from eagle3_top.tracer.reader.subscriber import Subscriber
 
     endpoint = f"tcp://127.0.0.1:{_free_port_pair()}"
     env = {"EAGLE3_TOP_PUBLISH": endpoint, "MASTER_PORT": str(sglang_cpu.free_port()), "E3T_TEST_LINGER": "5"}

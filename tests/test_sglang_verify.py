@@ -29,7 +29,7 @@ def child_verify() -> dict[str, Any]:
 
     from eagle3_top.hooks.sglang import plugin
     from eagle3_top.hooks.sglang.verify import STEP_ATTR
-    from eagle3_top.tracer.subscriber import Subscriber
+    from eagle3_top.tracer.reader.subscriber import Subscriber
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.plugins.hook_registry import HookRegistry
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
@@ -192,9 +192,9 @@ def _prefill_probe_on_real_reqs() -> list[dict[str, Any]]:
     themselves, not from the batch's device ids (zeros here)."""
     import torch
     from eagle3_top.hooks.sglang.probe import record_prefill_probes
-    from eagle3_top.tracer.publisher import MemoryPublisher
     from eagle3_top.tracer.schema import probe_view
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -300,8 +300,8 @@ def test_a_verify_that_raises_puts_the_error_on_the_wire_and_still_raises() -> N
     """SGLang's verify raising (the scheduler is about to die): the tracer's next health event
     carries the engine error, and SGLang sees its own exception unchanged."""
     from eagle3_top.hooks.sglang.verify import make_around_verify
-    from eagle3_top.tracer.publisher import MemoryPublisher
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     tracer = Tracer(MemoryPublisher())
     around = make_around_verify(lambda _w: tracer)
@@ -319,8 +319,8 @@ def test_a_verify_that_raises_inside_the_step_is_reported_once_where_it_was_rais
     """verify runs inside the worker's step, so the step's hook sees the same exception: the error
     on the wire stays the one named where it was raised."""
     from eagle3_top.hooks.sglang.verify import make_around_forward, make_around_verify
-    from eagle3_top.tracer.publisher import MemoryPublisher
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     tracer = Tracer(MemoryPublisher())
     around_verify = make_around_verify(lambda _w: tracer)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import screen_text, wait_still, wait_until
 from eagle3_top.tracer.analysis.manifest import load_manifest
-from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tui.replay_app import ReplayApp
 from eagle3_top.tui.token_text import TokenText
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zmq
 from conftest import collect, wait_connected
-from eagle3_top.tracer.publisher import EndpointError, Publisher, check_bind_endpoint
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import (
     HEALTH,
     HELLO,
@@ -21,7 +21,7 @@ from eagle3_top.tracer.schema import (
     step_body,
     step_view,
 )
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.serving.publisher import EndpointError, Publisher, check_bind_endpoint
 
 RNG = np.random.default_rng(7)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import screen_text, wait_until
-from eagle3_top.tracer.publisher import Publisher
-from eagle3_top.tracer.recording import RecordingWriter
-from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.reader.recording import RecordingWriter
+from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tracer.schema import HELLO, STEP, Hello, encode, step_body
+from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tui.app import Eagle3TopApp
 from eagle3_top.tui.replay_app import ReplayApp
 from eagle3_top.tui.token_spans import ACCEPTED_STYLE, REJECTED_STYLE

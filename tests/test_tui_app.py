@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import zmq
 from conftest import screen_text, wait_until
-from eagle3_top.tracer.publisher import Publisher
 from eagle3_top.tracer.schema import STEP, Hello, SourceId, encode, step_body
+from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tui.app import Eagle3TopApp
 from eagle3_top.tui.help_screen import HelpScreen
 

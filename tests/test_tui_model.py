@@ -207,7 +207,7 @@ def test_widgets_render_any_hello_shape(hello):
 def test_diagnoses_of_evicted_sources_are_forgotten():
     """A publisher inventing a source per hello must not grow the monitor's memory: when the book
     evicts a source, the diagnoser drops it and tells the feed to drop its findings."""
-    from eagle3_top.tui.diagnosis import Diagnoser
+    from eagle3_top.tracer.analysis.diagnosis import Diagnoser
 
     book, diag = EvidenceBook(max_sources=4), Diagnoser()
     results: dict = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import screen_text, wait_until
-from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tui.help_screen import HELP_TEXT, HelpScreen
 from eagle3_top.tui.replay_app import ReplayApp
 from rich.text import Text
@@ -26,12 +26,12 @@ async def test_every_size_keeps_the_verdict_in_view(size: tuple[int, int]) -> No
     app = ReplayApp(Timeline(DEMO, speed=None), refresh_hz=20)
     async with app.run_test(size=size) as pilot:
         await wait_until(pilot, at_end(app), what="the end")
-        await wait_until(pilot, lambda: "2 errors" in screen_text(app), what="the findings column")
+        await wait_until(pilot, lambda: "1 error" in screen_text(app), what="the findings column")
         lines = screen_text(app).splitlines()
         table = "\n".join(lines[2:5])  # under the status bar and the fleet headline (two sources)
         assert lines[1].startswith(" F fleet of 2 · accept len ")
         # both sources, their accept length and the findings count fit without scrolling
-        assert "3.81" in table and "1.17" in table and "none" in table and "2 errors" in table
+        assert "3.81" in table and "1.17" in table and "none" in table and "1 error" in table
         assert all(len(line) <= size[0] for line in lines)
         assert ("missed/drop" in table) == (size[0] >= 100)  # narrow drops the loss columns
         assert "latest proposals" in screen_text(app)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from eagle3_top.tracer.analysis.manifest import Manifest
-from eagle3_top.tracer.curve import CurveClient
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.reader.subscriber import Subscriber
+from eagle3_top.tracer.transport.curve import CurveClient
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer
 
 from .acceptance_panel import AcceptancePanel
-from .config import THEMES, Config
+from .config import LIVE_INTERVAL_S, THEMES, Config
 from .feed import Feed
 from .feed_recording import default_name
 from .findings_panel import FindingsPanel
@@ -35,7 +35,7 @@ from .position_bars import PositionBars
 from .probe_panel import ProbePanel
 from .proposals import Proposals
 from .requests_screen import RequestsScreen
-from .snapshot import WINDOWS, Snapshot, SourceSnapshot, window_label
+from .snapshot import STALE_AFTER_S, WINDOWS, Snapshot, SourceSnapshot, window_label
 from .source_picker import SourcePicker
 from .sources_table import SourcesTable
 from .spec_panel import SpecPanel
@@ -70,8 +70,8 @@ class Eagle3TopApp(App[None]):
         *,
         title: str = "eagle3-top",
         on_exit: Iterable[Callable[[], object]] = (),
-        refresh_hz: float = 4.0,
-        stale_after_s: float = 3.0,
+        refresh_hz: float = 1.0 / LIVE_INTERVAL_S,
+        stale_after_s: float = STALE_AFTER_S,
         manifest: Manifest | None = None,
         feed: Feed | None = None,
         curve: CurveClient | None = None,
@@ -347,33 +347,3 @@ class Eagle3TopApp(App[None]):
 
     def action_prev_source(self) -> None:
         self._move(-1)
-
-
-def run_app(
-    endpoints: list[str],
-    *,
-    title: str = "eagle3-top",
-    manifest: Manifest | None = None,
-    refresh_hz: float = 4.0,
-    stale_after_s: float = 3.0,
-    on_exit: Iterable[Callable[[], object]] = (),
-    curve: CurveClient | None = None,
-    record_dir: str = ".",
-    baseline_tok_s: float | None = None,
-    tokenizer: TokenText | None = None,
-    config: Config | None = None,
-) -> None:
-    """Run the live view until the user quits (q / ctrl+c)."""
-    Eagle3TopApp(
-        endpoints,
-        title=title,
-        manifest=manifest,
-        curve=curve,
-        record_dir=record_dir,
-        baseline_tok_s=baseline_tok_s,
-        tokenizer=tokenizer,
-        refresh_hz=refresh_hz,
-        stale_after_s=stale_after_s,
-        on_exit=on_exit,
-        config=config,
-    ).run()

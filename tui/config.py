@@ -26,6 +26,10 @@ else:  # pragma: no cover - Python 3.10
 ENV_VAR = "EAGLE3_TOP_CONFIG"
 MAX_BYTES = 1 << 20
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
+# Seconds between the monitor's refreshes (-i, the file's "interval"): keys repaint at once whatever
+# it is. A replay is watched, not left running: four a second.
+LIVE_INTERVAL_S = 1.0
+REPLAY_INTERVAL_S = 0.25
 
 
 class ConfigError(ValueError):

@@ -1,34 +1,32 @@
-"""The receive worker: one thread owns the Subscriber, folds every frame into the evidence book and
-keeps the findings fresh.
+"""The monitor's receive worker (a ``BookWorker``: one thread owns the Subscriber, folds every frame
+into the evidence book and keeps the findings fresh), with what only the monitor needs: the ``r``
+key's recording, the per-request figures folded 4x a second, the endpoints file's news for the
+status line, and snapshots.
 
 The UI never sees individual events. It pulls an immutable ``Snapshot`` on its own timer (a few Hz),
 so however fast the stream runs, the UI does a fixed amount of work per frame drawn; the worker
 aggregates (the toolong pattern: backpressure by aggregation, not by queueing messages).
-
-Locking: the worker receives and decodes frames *outside* the lock, then folds a whole batch into
-the book under it. The findings engine runs on the worker too, outside the lock (the worker is the
-book's only writer), and its results are swapped in under it. ``snapshot()`` takes the lock for the
-few hundred microseconds it needs to copy counters out.
+``snapshot()`` takes the lock for the few hundred microseconds it needs to copy counters out.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from eagle3_top.tracer.analysis.book_worker import BookWorker
+from eagle3_top.tracer.analysis.diagnosis import Diagnoser
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
-from eagle3_top.tracer.endpoints_file import Change, EndpointsFile
-from eagle3_top.tracer.ledger import FrameLedger
-from eagle3_top.tracer.replay import Position
-from eagle3_top.tracer.subscriber import Subscriber
+from eagle3_top.tracer.reader.endpoints_file import Change, EndpointsFile
+from eagle3_top.tracer.reader.ledger import FrameLedger
+from eagle3_top.tracer.reader.replay import Position
+from eagle3_top.tracer.reader.subscriber import Subscriber
 
-from .diagnosis import Diagnoser, Diagnosis
 from .feed_recording import FeedRecording
 from .snapshot import STALE_AFTER_S, Snapshot, Transport, take_snapshot
 
@@ -42,7 +40,9 @@ BATCH_WAIT_S = 0.025
 FILE_NEWS_S = 30.0  # how long "endpoints file F: +2 −1" stays up; a bad line stays until fixed
 
 
-class Feed:
+class Feed(BookWorker):
+    thread_name = "eagle3-top-feed"
+
     def __init__(
         self,
         endpoints: list[str],
@@ -58,65 +58,36 @@ class Feed:
         thresholds: Thresholds = THRESHOLDS,
         internal_prefixes: Sequence[str] = INTERNAL_PREFIXES,
     ) -> None:
-        self.endpoints = list(endpoints)
-        self.book = book or EvidenceBook(manifest=manifest, internal_prefixes=internal_prefixes)
-        self.diagnoser = Diagnoser(manifest, baseline_tok_s, thresholds)
-        self.diagnoses: dict[str, Diagnosis] = {}
-        self.stale_after_s = stale_after_s
-        self._factory = subscriber_factory or (lambda eps: Subscriber(eps))
-        self._poll_ms = poll_ms
+        super().__init__(
+            endpoints,
+            book=book or EvidenceBook(manifest=manifest, internal_prefixes=internal_prefixes),
+            manifest=manifest,
+            subscriber_factory=subscriber_factory,
+            stale_after_s=stale_after_s,
+            thresholds=thresholds,
+            baseline_tok_s=baseline_tok_s,
+            poll_ms=poll_ms,
+            clock=clock,
+        )
         self._max_batch = max_batch
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._sub: FrameLedger | None = None
-        self._thread: threading.Thread | None = None
-        # set if the worker died or the endpoints file has something to fix; shown by the UI in red
-        self.error: str | None = None
-        # the endpoints file's news ("+2 −1"): shown for FILE_NEWS_S, not as an error
+        # the endpoints file's news ("+2 −1"): shown for FILE_NEWS_S, not as an error (``error``
+        # is red: the worker died, or the endpoints file has something to fix)
         self.notice: str | None = None
-        self._file: EndpointsFile | None = None
-        self._fixed: set[str] = set()
         self._file_error = False  # ``error`` is the file's: cleared once the file is fine again
         self._news_until = 0.0
         self.recording = FeedRecording(self.endpoints)
-        self.batches = 0
         self._next_fold = 0.0
 
-    # -- lifecycle -------------------------------------------------------------------------------
-
     def start(self) -> Feed:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="eagle3-top-feed", daemon=True)
-            self._thread.start()
-            self._ready.wait(5.0)
+        super().start()
         return self
 
-    def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def follow_endpoints_file(self, file: EndpointsFile) -> None:
-        """Before ``start``: connect the endpoints the (loaded) file names too, and follow its
-        changes; the endpoints given to the feed stay whatever the file says."""
-        self._file = file
-        self._fixed = set(self.endpoints)
-        self.endpoints += [ep for ep in file.endpoints if ep not in self._fixed]
+        super().follow_endpoints_file(file)
         if file.bad:
             self.error, self._file_error = Change(file.path, bad=file.bad).summary(), True
 
     # -- worker ----------------------------------------------------------------------------------
-
-    def _open(self) -> FrameLedger:
-        """The frame source, made on the worker (zmq sockets live and die in their thread)."""
-        return self._factory(self.endpoints)
 
     def _pump(self, sub: FrameLedger) -> None:
         """Receive what is there (waiting up to a poll interval) and fold it into the book."""
@@ -140,59 +111,18 @@ class Feed:
         if self.recording.active:
             self.recording.add(frames, int(now * 1e9))
 
-    def _run(self) -> None:
-        try:
-            sub = self._open()
-        except Exception as exc:
-            self.error = f"cannot subscribe: {type(exc).__name__}: {exc}"
-            self._ready.set()
-            return
-        self._sub = sub
-        self._ready.set()
-        try:
-            while not self._stop.is_set():
-                self.recording.service()
-                self._follow_file(sub)
-                self._pump(sub)
-                self._fold_requests()
-                fresh, gone = self.diagnoser.run(self.book, self._clock(), self._settled())
-                if fresh or gone:
-                    with self._lock:
-                        self.diagnoses.update(fresh)
-                        for key in gone:
-                            self.diagnoses.pop(key, None)
-                self._judged()
-        except Exception as exc:  # keep the UI alive and say why the numbers stopped
-            self.error = f"receive worker stopped: {type(exc).__name__}: {exc}"
-            log.exception("feed worker stopped")
-        finally:
-            with self._lock:
-                self._sub = None
-            try:
-                sub.close()
-            except Exception:
-                pass
-            self._closed()
+    def _before_pump(self) -> None:
+        self.recording.service()
 
-    def _follow_file(self, sub: FrameLedger) -> None:
-        """Apply the endpoints file's changes, on the worker: it owns the socket."""
-        if self._file is None:
-            return
-        change = self._file.poll()
+    def _after_pump(self) -> None:
+        self._fold_requests()
+
+    def _file_changed(self, change: Change | None) -> None:
         now = time.monotonic()
         if change is None:
             if self.notice is not None and now > self._news_until:
                 self.notice = None  # shown long enough
             return
-        sub = cast(Subscriber, sub)
-        with self._lock:  # snapshot() copies sub.endpoints
-            for ep in change.added:
-                if ep not in sub.endpoints:
-                    sub.add_endpoint(ep)
-            for ep in change.removed:
-                if ep not in self._fixed:
-                    sub.remove_endpoint(ep)
-            self.endpoints = list(sub.endpoints)
         line = change.summary()
         if change.fine:
             self.notice, self._news_until = line, now + FILE_NEWS_S
@@ -221,14 +151,6 @@ class Feed:
         with self._lock:
             for k, st in self.book.sources.items():
                 st.requests.watch([rid] if k == key and rid is not None else [])
-
-    def _settled(self) -> bool:
-        """True when the evidence just stopped changing and the findings must catch up at once
-        (never live: new frames keep coming, and the findings engine runs on its own period)."""
-        return False
-
-    def _judged(self) -> None:
-        """The findings engine just ran on the worker (a replay marks where it caught up)."""
 
     def _closed(self) -> None:
         """The worker is ending: a recording in progress is closed whole (summary written)."""

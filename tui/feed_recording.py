@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from eagle3_top.tracer.recording import RecordingWriter
+from eagle3_top.tracer.reader.recording import RecordingWriter
 
 
 def default_name(directory: str = ".") -> str:

@@ -20,7 +20,14 @@ MAX_EVIDENCE_CHARS = 400  # per finding; a layer map's evidence can run long
 def evidence_text(evidence: dict[str, Any]) -> str:
     parts = []
     for k, v in evidence.items():
-        s = json.dumps(v, separators=(",", ":"), default=str) if not isinstance(v, str) else v
+        if k == "brief":
+            continue  # the message already says it
+        if k == "explains" and isinstance(
+            v, list
+        ):  # the symptoms folded in: their codes (the message has their words)
+            s = ",".join(str(e.get("code")) for e in v if isinstance(e, dict))
+        else:
+            s = json.dumps(v, separators=(",", ":"), default=str) if not isinstance(v, str) else v
         parts.append(f"{k}={s}")
     text = " ".join(parts)
     return text if len(text) <= MAX_EVIDENCE_CHARS else text[: MAX_EVIDENCE_CHARS - 1] + "…"

@@ -8,12 +8,12 @@ import sys
 from typing import ClassVar
 
 from eagle3_top.tracer.analysis.manifest import Manifest
-from eagle3_top.tracer.replay import Timeline, parse_seek, speed_label
+from eagle3_top.tracer.reader.replay import Timeline, parse_seek, speed_label
 from eagle3_top.tracer.schema.text import printable
 from textual.binding import Binding, BindingType
 
 from .app import Eagle3TopApp
-from .config import Config
+from .config import REPLAY_INTERVAL_S, Config
 from .replay_feed import ReplayFeed
 from .seek_prompt import SeekPrompt
 from .token_text import TokenText
@@ -44,7 +44,7 @@ class ReplayApp(Eagle3TopApp):
         timeline: Timeline,
         *,
         manifest: Manifest | None = None,
-        refresh_hz: float = 4.0,
+        refresh_hz: float = 1.0 / REPLAY_INTERVAL_S,
         baseline_tok_s: float | None = None,
         tokenizer: TokenText | None = None,
         config: Config | None = None,
@@ -131,7 +131,7 @@ def run_replay(
     timeline: Timeline,
     *,
     manifest: Manifest | None = None,
-    refresh_hz: float = 4.0,
+    refresh_hz: float = 1.0 / REPLAY_INTERVAL_S,
     baseline_tok_s: float | None = None,
     tokenizer: TokenText | None = None,
     config: Config | None = None,

@@ -12,14 +12,14 @@ import time
 from collections.abc import Sequence
 from itertools import groupby
 
+from eagle3_top.tracer.analysis.diagnosis import Diagnoser
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
-from eagle3_top.tracer.ledger import FrameLedger
-from eagle3_top.tracer.replay import Position, Timeline
+from eagle3_top.tracer.reader.ledger import FrameLedger
+from eagle3_top.tracer.reader.replay import Position, Timeline
 
-from .diagnosis import Diagnoser
 from .feed import Feed
 from .snapshot import STALE_AFTER_S
 
@@ -35,6 +35,9 @@ MAX_CHECKPOINTS = 64
 
 
 class ReplayFeed(Feed):
+    book: EvidenceBook  # replaced whole on a seek (``_restore``)
+    diagnoser: Diagnoser
+
     def __init__(
         self,
         timeline: Timeline,
@@ -133,14 +136,17 @@ class ReplayFeed(Feed):
         """The state as it stood after the first ``position`` frames: a copy of the checkpoint
         (it may be resumed from again), or empty at 0."""
         saved = self._saved.get(position)
+        book: EvidenceBook
+        ledger: FrameLedger
         if saved is None:
-            book = EvidenceBook(manifest=self._manifest, internal_prefixes=self.book.internal_prefixes)
-            ledger = FrameLedger()
+            prefixes = self.book.internal_prefixes
+            book, ledger = EvidenceBook(manifest=self._manifest, internal_prefixes=prefixes), FrameLedger()
         else:
             memo = {} if self._manifest is None else {id(self._manifest): self._manifest}
             book, ledger = copy.deepcopy(saved, memo)
         with self._lock:
-            self.book, self._sub = book, ledger
+            self.book = book
+            self._sub = ledger
             d = self.diagnoser
             self.diagnoser = Diagnoser(self._manifest, d.baseline_tok_s, d.thresholds)
             self.diagnoses.clear()

@@ -13,6 +13,7 @@ from functools import cached_property
 
 from eagle3_top.tracer.analysis.acceptance import AcceptanceSummary
 from eagle3_top.tracer.analysis.diagnose import expected_accept_length
+from eagle3_top.tracer.analysis.diagnosis import Diagnosis
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.findings import Finding
 from eagle3_top.tracer.analysis.layer_map import SlotRow
@@ -20,14 +21,13 @@ from eagle3_top.tracer.analysis.payoff import Payoff, payoff_now
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
 from eagle3_top.tracer.analysis.requests import RequestTable
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS
+from eagle3_top.tracer.reader.subscriber import Loss
 from eagle3_top.tracer.schema import AuxSample, DecodeError, Event, Health, Hello, step_view
-from eagle3_top.tracer.subscriber import Loss
 
-from .diagnosis import Diagnosis
 from .proposal_rows import PROPOSAL_ROWS, ProposalRow, proposal_rows
 from .timeline_data import RequestTimeline, request_timeline
 
-STALE_AFTER_S = 3.0
+STALE_AFTER_S = THRESHOLDS.stale_after_s  # the default; a config file's [thresholds] changes it
 # Silent this long (a publisher sends health every second), a source is shown as dead; the book
 # forgets it only when it needs the room.
 DEAD_AFTER_S = 30.0

@@ -3,7 +3,7 @@ recording in progress, and a worker error if any."""
 
 from __future__ import annotations
 
-from eagle3_top.tracer.replay import Position, speed_label
+from eagle3_top.tracer.reader.replay import Position, speed_label
 from rich.text import Text
 
 from .snapshot import Snapshot, window_label

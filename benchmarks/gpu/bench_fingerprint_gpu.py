@@ -4,7 +4,7 @@ usage (on a CUDA machine, eagle3_top importable — see run_gpu.sh):
     python3 benchmarks/gpu/bench_fingerprint_gpu.py [--json OUT.json]
 
 Measures: device copy bandwidth (4 GiB buffer); the floor = time to read the [1024, 21504] bf16
-aux tensor once at that bandwidth; the fused Triton fingerprint (tracer/fingerprint_cuda.py, a few
+aux tensor once at that bandwidth; the fused Triton fingerprint (tracer/serving/fingerprint_cuda.py, a few
 launch configurations) and the torch fallback, in GPU time (CUDA events around a call queued behind
 a busy-wait kernel, so CPU launch overhead is not counted). Checks the fused path against the torch
 path (random, with NaN/Inf rows, odd shapes, fp16/fp32), then runs fingerprint() and the SGLang
@@ -78,8 +78,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    from eagle3_top.tracer import fingerprint_cuda as fc
-    from eagle3_top.tracer.fingerprint import MAX_DEVICE_ROWS, _raw_stats, _sketch_on, fingerprint
+    from eagle3_top.tracer.serving import fingerprint_cuda as fc
+    from eagle3_top.tracer.serving.fingerprint import MAX_DEVICE_ROWS, _raw_stats, _sketch_on, fingerprint
 
     dev = "cuda"
     res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
@@ -126,7 +126,7 @@ def main() -> int:
             print(" fused", a[:, :6].tolist(), "\n torch", b[:, :6].tolist())
     res["agreement"] = checks
     if fc.available():  # the result's trip to the host through the copy kernel (mapped pinned memory)
-        from eagle3_top.tracer.deferred import HostCopy
+        from eagle3_top.tracer.serving.deferred import HostCopy
 
         small = fc._launch(x3[::8], _sketch_on(x.device, C // slots), fc.SAMPLED_CONFIG)
         got = HostCopy.written(tuple(small.shape), small.dtype, lambda h: fc.copy_to_host(small, h)).resolve()
@@ -207,7 +207,7 @@ def main() -> int:
             )
             fc.SAMPLED_CONFIG = default_sampled
         # candidate: one kernel for the sampled view, writing straight into pinned host memory
-        from eagle3_top.tracer import fingerprint_cuda_onepass as op
+        from eagle3_top.tracer.serving import fingerprint_cuda_onepass as op
 
         onepass: dict[str, Any] = {}
         host = torch.empty((slots, 22), dtype=torch.float32, pin_memory=True)
@@ -267,8 +267,8 @@ def main() -> int:
 
     # no host sync: fingerprint() and the verify wrapper's record path
     from eagle3_top.hooks.sglang.verify import record_verify
-    from eagle3_top.tracer.publisher import MemoryPublisher
-    from eagle3_top.tracer.tracer import Tracer
+    from eagle3_top.tracer.serving.publisher import MemoryPublisher
+    from eagle3_top.tracer.serving.tracer import Tracer
 
     pub = MemoryPublisher()
     tracer = Tracer(pub, aux_interval_s=0.0)  # type: ignore[arg-type]
@@ -313,7 +313,7 @@ def main() -> int:
     # buffer right after the snapshot (a CUDA graph's next replay) must not change the result
     import threading
 
-    from eagle3_top.tracer.fingerprint import fingerprint_snapshot
+    from eagle3_top.tracer.serving.fingerprint import fingerprint_snapshot
 
     live = x.clone()
     fingerprint_snapshot(live, slots).resolve()  # warm-up: the sender's stream

@@ -17,4 +17,4 @@ printf '[sglang.srt.plugins]\neagle3_top = eagle3_top.hooks.sglang.plugin:regist
 for m in msgpack mcap zstandard lz4; do  # what the image lacks, from the carried wheels
   python3 -c "import $m" 2>/dev/null || python3 -m zipfile -e "$X"/$m-*.whl $E
 done
-PYTHONPATH=/tmp/site:$E python3 -c "import eagle3_top.hooks.sglang.plugin, eagle3_top.tracer.publisher, msgpack; from importlib.metadata import entry_points; print('plugin entry points:', list(entry_points(group='sglang.srt.plugins')))"
+PYTHONPATH=/tmp/site:$E python3 -c "import eagle3_top.hooks.sglang.plugin, eagle3_top.tracer.serving.publisher, msgpack; from importlib.metadata import entry_points; print('plugin entry points:', list(entry_points(group='sglang.srt.plugins')))"

@@ -29,6 +29,10 @@ Environment:
 - ``EAGLE3_TOP_CURVE_SECRET`` / ``EAGLE3_TOP_CURVE_CLIENTS``: CURVE certificate and admitted clients;
   ``EAGLE3_TOP_CURVE_ANY_CLIENT=1`` instead of the clients: encrypt, admit anyone with the server key.
   A half configuration publishes nothing (one log line).
+- ``EAGLE3_TOP_GUARD_MANIFEST`` (with or without ``EAGLE3_TOP_PUBLISH``): the wiring guard
+  (``hooks/guard.py``): once ``Scheduler.__init__`` has built the spec worker, its wiring is judged
+  against this training manifest; an error finding stops the server before its first request
+  (``EAGLE3_TOP_GUARD=warn``: log and serve).
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from eagle3_top.tracer import curve_flags
+from eagle3_top.tracer.transport import curve_flags
 
 if TYPE_CHECKING:
-    from eagle3_top.tracer.curve import CurveServer
     from eagle3_top.tracer.schema import Hello
+    from eagle3_top.tracer.transport.curve import CurveServer
 
 log = logging.getLogger("eagle3_top.hooks.sglang")
 
@@ -57,8 +61,8 @@ ENV_PAUSE_FILE = "EAGLE3_TOP_PAUSE_FILE"  # while this file exists the tracer re
 ENV_CURVE_SECRET = curve_flags.ENV_SECRET  # .key_secret certificate: publish CURVE-encrypted
 ENV_CURVE_CLIENTS = curve_flags.ENV_CLIENTS  # directory of admitted client certificates
 ENV_CURVE_ANY_CLIENT = curve_flags.ENV_ANY_CLIENT  # =1: encrypt, but admit any client
+ENV_GUARD_MANIFEST = "EAGLE3_TOP_GUARD_MANIFEST"  # the wiring guard's training manifest (hooks/guard.py)
 
-SUPPORTED = ((0, 5, 17), (0, 5, 23))
 VERIFY_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify"
 # the whole step (prefill included): only to say why the stream ends when SGLang's forward raises
 FORWARD_TARGET = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation"
@@ -90,16 +94,12 @@ def _one_line(msg: str) -> None:
         log.warning("eagle3-top: %s; tracer off, the server is unaffected", msg)
 
 
-def parse_version(v: str | None) -> tuple[int, ...] | None:
-    if not v:
-        return None
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", v)
-    return tuple(int(x) for x in m.groups()) if m else None
+def version_problem(v: str | None) -> str | None:
+    """None for a release eagle3-top knows (the engine package's supported range); else why not."""
+    from eagle3_top.tracer.engines.base import version_problem as problem
+    from eagle3_top.tracer.engines.sglang import ENGINE
 
-
-def version_supported(v: str | None) -> bool:
-    t = parse_version(v)
-    return t is not None and SUPPORTED[0] <= t <= SUPPORTED[1]
+    return problem(ENGINE, v) if v is not None else "SGLang has no __version__"
 
 
 def _in_function(*names: str) -> bool:
@@ -135,22 +135,22 @@ def register() -> None:
 
 
 def _register() -> None:
-    if not os.environ.get(ENV_PUBLISH) or _state["registered"]:
+    if not (os.environ.get(ENV_PUBLISH) or os.environ.get(ENV_GUARD_MANIFEST)) or _state["registered"]:
         return
     if _in_function("run_detokenizer_process"):
         return  # no spec worker in the detokenizer: don't import the scheduler there
     import sglang
 
     version = getattr(sglang, "__version__", None)
-    if not version_supported(version) and os.environ.get(ENV_FORCE) != "1":
-        _one_line(
-            f"SGLang {version} is outside the tested range "
-            f"{'.'.join(map(str, SUPPORTED[0]))}-{'.'.join(map(str, SUPPORTED[1]))} (set {ENV_FORCE}=1 to try)"
-        )
+    problem = version_problem(version)
+    if problem is not None and os.environ.get(ENV_FORCE) != "1":
+        _one_line(f"{problem} (set {ENV_FORCE}=1 to try)")
+        _guard_cannot_run(problem)
         return
     missing = check_internals()
     if missing is not None:
         _one_line(f"SGLang {version} internals differ: {missing}")
+        _guard_cannot_run(f"SGLang {version} internals differ: {missing}")
         return
     from .verify import make_around_forward, make_around_process_result, make_around_verify
 
@@ -178,6 +178,31 @@ def _register() -> None:
         else:  # no registry: patch the class attributes ourselves
             _patch(target, around)
     _state["registered"] = True
+
+
+def _guard_cannot_run(why: str) -> None:
+    """A guard that was asked for but cannot judge this server: in stop mode the server must not
+    start as if it had passed. Registers a ``Scheduler.__init__`` hook that refuses, where it can."""
+    from eagle3_top.hooks import guard as wiring_guard
+
+    try:
+        g = wiring_guard.from_env()
+    except wiring_guard.GuardSettingError as exc:
+        log.error("eagle3-top guard: %s", exc)
+        g = wiring_guard.Guard(os.environ.get(ENV_GUARD_MANIFEST, ""))
+    if g is None:
+        return
+    log.error("eagle3-top guard: cannot check the wiring: %s", why)
+    if g.mode != wiring_guard.STOP:
+        return
+
+    def refuse(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise wiring_guard.WiringRefused(f"eagle3-top guard: cannot check the wiring, not serving: {why}")
+
+    try:
+        _patch(SCHEDULER_INIT_TARGET, refuse)
+    except Exception as exc:  # no scheduler to refuse in: said in the log above
+        log.error("eagle3-top guard: cannot stop the server either: %s: %s", type(exc).__name__, exc)
 
 
 def _result_hook_live() -> None:
@@ -219,13 +244,48 @@ def _around_scheduler_init(original: Any, self: Any, *args: Any, **kwargs: Any) 
         _state["init_dp_rank"] = _init_arg(original, self, args, kwargs, "dp_rank")
     except Exception:
         pass
+    worker = getattr(self, "draft_worker", None)
+    live = worker is not None and hasattr(worker, "target_worker") and hasattr(worker, "verify")
     try:
-        worker = getattr(self, "draft_worker", None)
-        if worker is not None and hasattr(worker, "target_worker") and hasattr(worker, "verify"):
+        if live:
             tracer_for_worker(worker)
     except Exception as exc:
         _one_line(f"startup wiring failed: {type(exc).__name__}: {exc}")
+    if os.environ.get(ENV_GUARD_MANIFEST):
+        _run_guard(worker if live else None)  # raises to stop the server
     return result
+
+
+def _run_guard(worker: Any) -> None:
+    """The wiring guard on this scheduler's spec worker (``hooks/guard.py``): every finding goes to
+    SGLang's log; in stop mode an error finding raises out of ``Scheduler.__init__``, which SGLang
+    reports and stops on, before the first request."""
+    from eagle3_top.hooks import guard as wiring_guard
+
+    def say(level: str, line: str) -> None:
+        getattr(log, level if level in ("error", "warning") else "info")(line)
+
+    try:
+        g = wiring_guard.from_env()
+    except wiring_guard.GuardSettingError as exc:
+        raise wiring_guard.WiringRefused(f"eagle3-top guard: {exc}") from None
+    if g is None:
+        return
+    hello = None
+    if worker is not None:
+        tracer = _state.get("tracer")
+        hello = tracer.publisher.hello if tracer is not None else None
+        if hello is None:
+            try:
+                r = ranks()
+                from .wiring import wiring_from_worker
+
+                hello = wiring_from_worker(worker, tp_rank=r["tp_rank"], tp_size=r["tp_size"])
+            except Exception as exc:
+                hello = minimal_hello(ranks(), f"{type(exc).__name__}: {exc}")
+    else:
+        hello = minimal_hello(ranks(), "no EAGLE spec worker on this scheduler (is speculative decoding on?)")
+    wiring_guard.enforce(g, hello, say)
 
 
 def _init_arg(original: Any, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
@@ -334,7 +394,7 @@ def _start(worker: Any) -> Any:
     endpoint = os.environ.get(ENV_PUBLISH)
     if not endpoint:
         return None
-    from eagle3_top.tracer.curve import KeyError_
+    from eagle3_top.tracer.transport.curve import KeyError_
 
     try:  # ahead of the rank check, so that every rank says why the stream stays off
         curve = curve_from_env()
@@ -353,9 +413,9 @@ def _start(worker: Any) -> Any:
     if _state["tracer"] is not None:  # a second spec worker in one process: share the source
         tracer = _state["tracer"]
     else:
-        from eagle3_top.tracer.publisher import Publisher
         from eagle3_top.tracer.schema import SourceId
-        from eagle3_top.tracer.tracer import Tracer
+        from eagle3_top.tracer.serving.publisher import Publisher
+        from eagle3_top.tracer.serving.tracer import Tracer
 
         ep = endpoint_for_rank(endpoint, global_rank)
         publisher = Publisher(

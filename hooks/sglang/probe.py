@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from eagle3_top.tracer.tracer import Tracer
+from eagle3_top.tracer.serving.tracer import Tracer
 
 from .verify import _capturing, report_engine_failure
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from eagle3_top.tracer.schema import Rewrite, SpecConfig
-from eagle3_top.tracer.wiring import SpecReport
+from eagle3_top.tracer.serving.wiring import SpecReport
 
 SPEC_FIELDS = {
     "algorithm": "speculative_algorithm",

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eagle3_top.tracer.deferred import EngineCopy
-from eagle3_top.tracer.pending import DeferredStep
-from eagle3_top.tracer.tracer import Tracer
+from eagle3_top.tracer.serving.deferred import EngineCopy
+from eagle3_top.tracer.serving.pending import DeferredStep
+from eagle3_top.tracer.serving.tracer import Tracer
 
 # Attributes the wrapper reads; checked once against the live objects (plugin.check_internals).
 VERIFY_INPUT_ATTRS = (

@@ -1,8 +1,8 @@
 """The startup wiring report (the hello), read from SGLang's live objects.
 
 The engine-neutral part (the draft config as written, the live capture list and its canonical
-slots, the fc width, the d2t summary) is ``tracer.wiring.wiring_report``, which the built-in engine's
-adapter uses too. What is SGLang's own: the requested vs effective flags (``spec_flags``), which
+slots by SGLang's rules, the fc width, the d2t summary) is ``tracer.serving.wiring.wiring_report``,
+which the built-in engine's adapter uses too. What is SGLang's own: the requested vs effective flags (``spec_flags``), which
 ids SGLang really read (``model_runner.spec_aux_config``), the width SGLang sizes the draft's input
 with (``eagle_utils.get_draft_input_from_target_hidden_dim``) and the release.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from eagle3_top.tracer.engines.sglang import ENGINE
 from eagle3_top.tracer.schema import Hello
-from eagle3_top.tracer.wiring import wiring_report
+from eagle3_top.tracer.serving.wiring import wiring_report
 
 from .spec_flags import spec_report
 
@@ -79,7 +80,7 @@ def wiring_from_objects(
         except Exception:
             sglang_width = None
     return wiring_report(
-        engine="sglang",
+        engine=ENGINE,
         engine_version=sglang_version if sglang_version is not None else _sglang_version(),
         target_model=target_model,
         draft_model=draft_model,
@@ -92,7 +93,7 @@ def wiring_from_objects(
         ids_read_known=ids_known,
         tp_rank=tp_rank,
         tp_size=tp_size,
-        sglang_input_width=sglang_width,
+        input_width=sglang_width,
     )
 
 

@@ -18,6 +18,8 @@ import re
 import sys
 from typing import IO, TYPE_CHECKING, cast
 
+from eagle3_top.tracer.argtypes import positive_int
+
 # torch and the model load only once there is work to do: ``gen-data --help`` answers at once.
 if TYPE_CHECKING:
     import torch
@@ -137,16 +139,6 @@ def generate(
     return written
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {n}")
-    return n
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="eagle3-top toy gen-data", description=__doc__.splitlines()[0] if __doc__ else None
@@ -159,9 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="canonical layer ids to capture, comma-separated (default: what the bundled draft was "
         "trained on, -1,2,5)",
     )
-    ap.add_argument("--num-samples", type=_positive, default=64)
-    ap.add_argument("--prompt-len", type=_positive, default=48)
-    ap.add_argument("--new-tokens", type=_positive, default=96)
+    ap.add_argument("--num-samples", type=positive_int, default=64)
+    ap.add_argument("--prompt-len", type=positive_int, default=48)
+    ap.add_argument("--new-tokens", type=positive_int, default=96)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compress", action="store_true", help="write .ckpt.gz (SpecForge --compress)")
     ap.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")

@@ -14,16 +14,16 @@ import os
 from dataclasses import dataclass, field
 
 # SGLang's flag rules live in the library: preflight predicts a server's flags by the same ones.
-from eagle3_top.tracer.sglang_spec import (  # noqa: E402
+from eagle3_top.tracer.engines.base import SpecArgs
+from eagle3_top.tracer.engines.sglang.flags import (
     ALGORITHMS,
     NO_SPECULATION,
     TOPK1_REASON,
     TOPK1_SGLANG_WARNING,
-    SpecArgs,
     auto_choose_speculative_params,
-    eagle_config_as_read,
     resolve_spec_args,
 )
+from eagle3_top.tracer.engines.sglang.ids import eagle_config_as_read
 
 __all__ = [
     "ALGORITHMS",

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-from eagle3_top.tracer.recording import NotARecording, RecordingReader, UnsupportedRecording
+from eagle3_top.tracer.reader.recording import NotARecording, RecordingReader, UnsupportedRecording
 from eagle3_top.tracer.schema import (
     HELLO,
     STEP,

@@ -22,20 +22,19 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from eagle3_top.tracer.ledger import FrameLedger
+from eagle3_top.tracer.analysis.diagnose import MIN_AUX_ROWS, diagnose, expected_accept_length
+from eagle3_top.tracer.analysis.evidence import EvidenceBook, OnMalformed, SourceEvidence
+from eagle3_top.tracer.analysis.findings import Finding, has_errors
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
+from eagle3_top.tracer.reader.ledger import FrameLedger
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import Event
-from eagle3_top.tracer.subscriber import Subscriber
-
-from .diagnose import MIN_AUX_ROWS, diagnose, expected_accept_length
-from .evidence import EvidenceBook, OnMalformed, SourceEvidence
-from .findings import Finding, has_errors
-from .manifest import Manifest
-from .thresholds import THRESHOLDS, Thresholds
 
 if TYPE_CHECKING:
     # only for --replay, which hands the frames in: a live check runs where mcap is not installed
-    from eagle3_top.tracer.curve import CurveClient
-    from eagle3_top.tracer.recording import RecordedFrame, RecordingReport
+    from eagle3_top.tracer.reader.recording import RecordedFrame, RecordingReport
+    from eagle3_top.tracer.transport.curve import CurveClient
 
 OK, FINDINGS, PARTIAL = "ok", "findings", "partial"
 # A publisher sends a health event every second: this long without any event, a source is gone.

@@ -1,11 +1,13 @@
 """The findings engine: every rule that turns evidence into findings, in one place.
 
-``diagnose`` judges what one source's stream showed (its hello, aux fingerprints, acceptance) with or
-without a training manifest; ``judge_probe`` judges a probe exchange (replayed training samples).
-Structural findings (layers, widths, flags) need only the hello; statistical ones
+``judge`` judges what one source's stream showed (its hello, aux fingerprints, acceptance, and the
+user's baseline) with or without a training manifest, and computes the layer map once for the
+findings and the views; ``judge_probe`` judges a probe exchange (replayed training samples).
+Structural findings (layers, widths, flags, release defects) need only the hello; statistical ones
 (``AUX_STATS_DRIFT``, ``ACCEPTANCE_BELOW_TRAINING``) wait for enough evidence and use wide margins,
-so that a healthy server stays quiet. Thresholds are at the top (the slot comparison's in
-``layer_map``).
+so that a healthy server stays quiet. Engine knowledge (where ids are read, the default layers,
+which ids to write, release defects) comes from the engine the hello names (``tracer.engines``).
+Explained symptoms are folded into their cause (``codes.fold``). Margins: ``thresholds``.
 """
 
 from __future__ import annotations
@@ -15,78 +17,99 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from eagle3_top.tracer.layers import default_native
+from eagle3_top.tracer import engines
+from eagle3_top.tracer.engines.base import Engine, KnownDefect, fix_ids, fmt_ids, version_text
 from eagle3_top.tracer.schema import AuxWiring, Hello, VocabSummary
-from eagle3_top.tracer.sglang_releases import KnownDefect, known_defects
 
+from .codes import fold
 from .evidence import SourceEvidence
 from .findings import ERROR, INFO, WARNING, Finding
-from .layer_map import MIN_AUX_ROWS, layer_map
+from .layer_map import SlotRow, layer_map
 from .manifest import Manifest
+from .payoff import payoff_finding
 from .probe_compare import ProbeComparison
-from .thresholds import THRESHOLDS, Thresholds
+from .thresholds import MIN_AUX_ROWS, THRESHOLDS, Thresholds
 
-__all__ = ["MIN_AUX_ROWS", "MIN_REQUEST_STEPS", "ProbeEvidence", "diagnose", "judge_probe"]
+__all__ = [
+    "MIN_AUX_ROWS",
+    "MIN_REQUEST_STEPS",
+    "Judgement",
+    "ProbeEvidence",
+    "diagnose",
+    "judge",
+    "judge_probe",
+]
 
 # The defaults (tracer/analysis/thresholds.py says what each is); a config file changes them.
 MIN_REQUEST_STEPS = THRESHOLDS.min_request_steps
 
 Add = Callable[..., None]
+_fmt = fmt_ids
 
 
-def _fmt(ids: Any) -> str:
-    return "[" + ", ".join(str(i) for i in ids) + "]" if isinstance(ids, (list, tuple)) else str(ids)
+@dataclass(frozen=True)
+class Judgement:
+    findings: tuple[Finding, ...] = ()  # explained symptoms folded into their causes, errors first
+    layer_rows: tuple[SlotRow, ...] = ()  # with a manifest and a hello only
 
 
 def diagnose(
     ev: SourceEvidence, manifest: Manifest | None = None, th: Thresholds = THRESHOLDS
 ) -> list[Finding]:
     """Findings for one source; before its hello, only a crash. ``th``: the margins."""
+    return list(judge(ev, manifest, th).findings)
+
+
+def judge(
+    ev: SourceEvidence,
+    manifest: Manifest | None = None,
+    th: Thresholds = THRESHOLDS,
+    *,
+    now: float | None = None,
+    baseline_tok_s: float | None = None,
+) -> Judgement:
+    """Findings and the layer map for one source. ``baseline_tok_s``: the server's tok/s without
+    speculation, to judge the payoff at ``now``."""
     out: list[Finding] = []
 
     def add(code: str, severity: str, message: str, fix: str, **evidence: Any) -> None:
         out.append(Finding(code, severity, message, fix, ev.key, evidence))
 
-    _engine(ev, manifest, add)  # a crash is news with or without a hello
+    _engine_failed(ev, add)  # a crash is news with or without a hello
     hello = ev.hello
     if hello is None or not hello.speculates:
-        return out  # a server without speculation has no draft, layers or acceptance to judge
-
+        return Judgement(fold(out))  # no draft, layers or acceptance to judge
+    engine = engines.engine(hello.engine)
+    rows: tuple[SlotRow, ...] = ()
+    if manifest is not None:
+        rows = tuple(layer_map(hello, ev.aux_merged.merged(), manifest, th.rms_ratio_limit))
     _algorithm(hello, manifest, add)
     _rewrites(hello, add)
     aux = hello.aux or AuxWiring(ids_read_known=False)
     if hello.algorithm != "EAGLE":
-        _ids_not_read(hello, aux, manifest, add)
+        _ids_not_read(hello, engine, aux, manifest, add)
         _width(hello, aux, add)
-        _release_defects(hello, manifest, add, crashed=bool(ev.health and ev.health.engine_error))
+        _release_defects(hello, engine, manifest, add)
     if manifest is not None:
-        _against_manifest(ev, hello, aux, manifest, add, th)
+        _against_manifest(ev, hello, engine, aux, manifest, rows, add, th)
     _accept_length(ev, hello, manifest, add, th)
-    return out
+    if baseline_tok_s is not None and now is not None:
+        slower = payoff_finding(ev.key, ev.acceptance, now, baseline_tok_s, th.min_request_steps)
+        if slower is not None:
+            out.append(slower)
+    return Judgement(fold(out), rows)
 
 
-def _engine(ev: SourceEvidence, manifest: Manifest | None, add: Add) -> None:
+def _engine_failed(ev: SourceEvidence, add: Add) -> None:
     h = ev.health
     if h is None or not h.engine_error:
-        return
-    hello = ev.hello
-    crash = [d for d in served_defects(hello) if d.symptom == "crash"]
-    if crash and hello is not None:
-        # one cause, one finding: the crash its release was known for, not a crash and a prediction
-        d = crash[0]
-        add(
-            "ENGINE_FAILED", ERROR,
-            f"the engine's own forward failed: {h.engine_error} — the known defect it was predicted to hit: "
-            f"{d.describe(hello.engine_version, hello.model.arch)}",
-            d.fix(_trained_layers(hello, manifest)),
-            engine_error=h.engine_error, defect=d.key, fixed_in=d.fixed_in,
-        )  # fmt: skip
         return
     add(
         "ENGINE_FAILED", ERROR,
         f"the engine's own forward failed: {h.engine_error}",
-        "read the server's log for the traceback; nothing it serves is speculative until it is fixed",
-        engine_error=h.engine_error,
+        "read the server's log for the traceback; nothing it serves is speculative until it is fixed. "
+        "eagle3-top preflight on the same model directories says whether a known defect of the release explains it",
+        engine_error=h.engine_error, brief=f"the engine crashed: {h.engine_error}",
     )  # fmt: skip
 
 
@@ -137,6 +160,7 @@ def _accept_length(
                 "give check the training manifest (--manifest), or put the draft's "
                 "training_metrics.json beside its config.json, to judge against training",
                 measured=round(measured, 4), request_steps=s.request_steps,
+                brief=f"accept length {measured:.2f}",
             )  # fmt: skip
         return
     low = low_accept_threshold(expected, hello.effective.num_draft_tokens if hello.effective else None)
@@ -145,10 +169,12 @@ def _accept_length(
             "ACCEPT_LENGTH_FAR_BELOW_EXPECTED", ERROR,
             f"accept length {measured:.2f} over {s.request_steps} request-steps, far below the "
             f"{expected:.2f} that {who} claims (threshold {low:.2f})",
-            "fix any wiring finding first; if there is none, compare the serving traffic and flags "
-            "with training's (eagle3-top probe replays training samples)",
+            "no wiring finding explains it: replay training samples through the server (eagle3-top "
+            "probe) to tell wiring from generalisation, and run eagle3-top preflight on the served "
+            "model directories for what the release does with them",
             measured=round(measured, 4), expected=round(expected, 4), threshold=round(low, 4),
             request_steps=s.request_steps, claimed_by=who,
+            brief=f"accept length {measured:.2f} against {expected:.2f} expected",
         )  # fmt: skip
 
 
@@ -177,11 +203,34 @@ def _rewrites(hello: Hello, add: Add) -> None:
         )  # fmt: skip
 
 
-def _ids_not_read(hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: Add) -> None:
+def _title(engine: Engine | None, hello: Hello) -> str:
+    return engine.title if engine is not None else (hello.engine or "the server")
+
+
+def _family(engine: Engine | None, hello: Hello) -> str:
+    aux = hello.aux
+    if aux is not None and aux.family:
+        return aux.family
+    return engine.family(hello.model.arch) if engine is not None else ""
+
+
+def _ids_fix(engine: Engine | None, hello: Hello, canonical: Sequence[int] | None, what: str) -> str:
+    """Where and what to write so that ``engine`` serves ``canonical``, checked by its own rules."""
+    if engine is None:
+        return f"put the layer ids where {hello.engine or 'the server'} reads them ({what})"
+    if canonical is None:
+        return f"put the ids the draft was trained on in the draft's config.json as {engine.ids_key}"
+    return fix_ids(engine, _family(engine, hello), canonical, hello.model.num_layers)
+
+
+def _ids_not_read(
+    hello: Hello, engine: Engine | None, aux: AuxWiring, manifest: Manifest | None, add: Add
+) -> None:
     if aux.use_aux_hidden_state is False or aux.ids_read is not None or not aux.ids_read_known:
         return
     n = hello.model.num_layers
-    default = default_native(n) if n is not None else None
+    title = _title(engine, hello)
+    default = engine.default_native(_family(engine, hello), n) if (engine is not None and n) else None
     harmless = manifest is not None and aux.capture_canonical == manifest.concat_order
     # Without a manifest the draft's own config is the evidence: ids it declares at the top level
     # that differ from what the server captures instead are a mis-wiring, not a guess.
@@ -191,33 +240,90 @@ def _ids_not_read(hello: Hello, aux: AuxWiring, manifest: Manifest | None, add: 
         and aux.capture_canonical is not None
         and sorted(set(aux.declared_ids)) != sorted(set(aux.capture_canonical))
     )
+    where = engine.ids_key if engine is not None else "where the server reads them"
     detail = (
-        f"ids {_fmt(aux.declared_ids)} found at the config's top level, where SGLang does not read them"
-        if aux.ids_location == "top_level" and aux.declared_ids is not None
-        else "the draft config has no eagle_config.eagle_aux_hidden_state_layer_ids"
+        f"ids {_fmt(aux.declared_ids)} found at the config's {str(aux.ids_location).replace('_', ' ')}, "
+        f"where {title} does not read them (it reads {where})"
+        if aux.declared_ids is not None
+        else f"the draft config has no {where}"
     )
+    trained = manifest.concat_order if manifest is not None else aux.declared_ids
     add(
         "LAYER_IDS_NOT_READ", INFO if harmless else (ERROR if manifest is not None or contradicted else WARNING),
-        f"server fell back to its default capture layers {_fmt(default)} (native): {detail}",
-        "nest eagle_aux_hidden_state_layer_ids under eagle_config in the draft's config.json",
+        f"{title} fell back to its default capture layers {_fmt(default) if default else ''} (native): {detail}",
+        _ids_fix(engine, hello, trained, "the draft's config.json"),
         served_native=aux.capture_native, declared_ids=aux.declared_ids, ids_location=aux.ids_location,
     )  # fmt: skip
 
 
 def served_defects(hello: Hello | None) -> list[KnownDefect]:
-    """The known defects of the serving release that its target and served layers run into."""
+    """The known defects of the serving release that its target and the ids it read run into."""
     if hello is None or hello.aux is None:
         return []
-    return known_defects(hello.engine, hello.engine_version, hello.model.arch, hello.aux.capture_canonical)
+    engine = engines.engine(hello.engine)
+    if engine is None:
+        return []
+    aux = hello.aux
+    ids = aux.ids_read if aux.ids_read_known else aux.capture_canonical
+    return engine.known_defects(hello.engine_version, hello.model.arch, ids, hello.model.num_layers)
+
+
+def describe_defect(d: KnownDefect, hello: Hello) -> str:
+    """One line: what this release does, and which releases do it."""
+    engine = engines.engine(d.engine)
+    title = engine.title if engine is not None else d.engine
+    fixed = f"fixed in {version_text(d.fixed_in)}" if d.fixed_in else "in every release observed since"
+    return f"{title} {hello.engine_version} with a {d.architecture} target: {d.effect} (releases {d.releases}; {fixed})"
+
+
+def defect_fix(d: KnownDefect, hello: Hello, trained: list[int] | None) -> str:
+    """The way out of a release defect: the release that fixes it, or layers that avoid its case."""
+    engine = engines.engine(d.engine)
+    title = engine.title if engine is not None else d.engine
+    if d.case in ("distinct", "default", "top_level"):  # every list of ids: no retraining avoids it
+        if d.fixed_in:
+            return f"upgrade {title} to {version_text(d.fixed_in)} or later (no choice of layers avoids it)"
+        return f"no {title} release observed serves this architecture's aux capture right: serve the draft on another engine, or without speculation"
+    upgrade = f"upgrade {title} to {version_text(d.fixed_in)} or later, or " if d.fixed_in else ""
+    avoid = _avoiding(trained, d.case, hello.model.num_layers) if trained else None
+    instead = (
+        f"layers that avoid it (e.g. {_fmt(avoid)} instead of {_fmt(trained)})"
+        if avoid is not None and avoid != trained
+        else "layers that avoid it"
+    )
+    return f"{upgrade}retrain the draft on {instead}"
+
+
+def _avoiding(trained: list[int], case: str, num_layers: int | None) -> list[int]:
+    """The trained list changed as little as possible so that it no longer falls under ``case``."""
+    if case == "out_of_order":
+        return sorted(trained)
+    ids = list(dict.fromkeys(trained)) if case == "duplicate" else list(trained)
+    bad = {"embedding": -1, "last_layer": (num_layers - 1) if num_layers else None, "first_one": 1}.get(case)
+    step = -1 if case == "last_layer" else 1
+    out: list[int] = []
+    for t in ids:
+        if t == bad:
+            k = t + step
+            while k in ids or k in out:
+                k += step
+            t = k
+        out.append(t)
+    while len(out) < len(trained):  # a duplicate dropped: the next free layer instead
+        k = max(out) + 1
+        while k in out:
+            k += 1
+        out.append(k)
+    return sorted(out)
 
 
 def _values_cause(
     hello: Hello | None, layers: Sequence[int | None], trained: list[int]
 ) -> tuple[list[KnownDefect], str, str]:
     """For slots whose layer is right but whose values are not: the serving release's known defects
-    on those layers, the text that names them (appended to a message) and the fix."""
-    defects = [d for d in served_defects(hello) if d.layer in layers]
-    if hello is None or not defects:
+    of the "values" kind, the text that names them (appended to a message) and the fix."""
+    defects = [d for d in served_defects(hello) if d.symptom == "values"]
+    if hello is None or not defects or not any(lay is not None for lay in layers):
         return (
             [],
             "",
@@ -226,8 +332,8 @@ def _values_cause(
                 "(same weights, dtype, quantisation), and check that nothing changes the captured tensors after capture"
             ),
         )
-    cause = "".join("; " + d.describe(hello.engine_version, hello.model.arch) for d in defects)
-    return defects, cause, defects[0].fix(trained)
+    cause = "".join("; " + describe_defect(d, hello) for d in defects)
+    return defects, cause, defect_fix(defects[0], hello, trained)
 
 
 def _trained_layers(hello: Hello, manifest: Manifest | None) -> list[int] | None:
@@ -237,18 +343,32 @@ def _trained_layers(hello: Hello, manifest: Manifest | None) -> list[int] | None
     return hello.aux.capture_canonical if hello.aux is not None else None
 
 
-def _release_defects(hello: Hello, manifest: Manifest | None, add: Add, crashed: bool = False) -> None:
-    trained = _trained_layers(hello, manifest)
+def defect_finding(d: KnownDefect, hello: Hello, manifest: Manifest | None, source: str) -> Finding:
+    """``ENGINE_KNOWN_DEFECT`` for one defect of the serving release."""
+    return Finding(
+        "ENGINE_KNOWN_DEFECT", ERROR,
+        describe_defect(d, hello),
+        defect_fix(d, hello, _trained_layers(hello, manifest)),
+        source,
+        {"defect": d.key, "releases": d.releases, "fixed_in": version_text(d.fixed_in) if d.fixed_in else None,
+         "case": d.case, "symptom": d.symptom, "evidence": d.evidence},
+    )  # fmt: skip
+
+
+def _release_defects(hello: Hello, engine: Engine | None, manifest: Manifest | None, add: Add) -> None:
     for d in served_defects(hello):
-        if crashed and d.symptom == "crash":
-            continue  # ENGINE_FAILED names it: the crash happened
-        add(
-            "ENGINE_KNOWN_DEFECT", ERROR,
-            d.describe(hello.engine_version, hello.model.arch),
-            d.fix(trained),
-            defect=d.key, releases=d.releases, fixed_in=d.fixed_in, layer=d.layer, symptom=d.symptom,
-            evidence=d.evidence,
-        )  # fmt: skip
+        f = defect_finding(d, hello, manifest, "")
+        add(f.code, f.severity, f.message, f.fix, **f.evidence)
+    if engine is not None and hello.aux is not None:
+        gap = engine.defects_coverage(hello.engine_version, hello.model.arch)
+        if gap is not None and engine.supported is not None:
+            add(
+                "ENGINE_DEFECTS_UNKNOWN", INFO,
+                f"release defects not checked: {gap}",
+                f"run eagle3-top preflight where {engine.title} {hello.engine_version} is installed: it runs "
+                "that release's own model classes on the CPU and reports what they do",
+                coverage=gap,
+            )  # fmt: skip
 
 
 def _width(hello: Hello, aux: AuxWiring, add: Add) -> None:
@@ -262,6 +382,7 @@ def _width(hello: Hello, aux: AuxWiring, add: Add) -> None:
             "make the layer ids distinct and below num_layers - 1 so every slot is captured, "
             "and pair the draft with the target it was trained on",
             width=width, expected_width=expected, slots=aux.slots,
+            brief=f"aux width {width} where the draft's fc expects {expected}",
         )  # fmt: skip
     else:  # the same silent fallback as ALGORITHM_MISMATCH, from one config key
         add(
@@ -276,7 +397,14 @@ def _width(hello: Hello, aux: AuxWiring, add: Add) -> None:
 
 
 def _against_manifest(
-    ev: SourceEvidence, hello: Hello, aux: AuxWiring, manifest: Manifest, add: Add, th: Thresholds
+    ev: SourceEvidence,
+    hello: Hello,
+    engine: Engine | None,
+    aux: AuxWiring,
+    manifest: Manifest,
+    rows: tuple[SlotRow, ...],
+    add: Add,
+    th: Thresholds,
 ) -> None:
     trained = manifest.concat_order
     served, native = aux.capture_canonical, aux.capture_native
@@ -287,9 +415,10 @@ def _against_manifest(
                 "LAYER_MAP_MISMATCH", ERROR,
                 f"served layers {_fmt(served)} (canonical; engine-native {_fmt(native)}), "
                 f"trained {_fmt(trained)}",
-                "serve the draft with the layers it was trained on: put "
-                f"eagle_config.eagle_aux_hidden_state_layer_ids = {_fmt(manifest.layer_ids)} in the draft's config.json",
+                "serve the draft with the layers it was trained on: "
+                + _ids_fix(engine, hello, trained, f"canonical {_fmt(trained)}"),
                 served=served, trained=trained,
+                brief=f"served layers {_fmt(served)} against trained {_fmt(trained)}",
             )  # fmt: skip
         elif served != trained:
             add(
@@ -312,18 +441,17 @@ def _against_manifest(
             f"{aux.slots} aux slots captured, the draft was trained on {len(trained)}",
             "make the layer ids distinct and reachable (below num_layers - 1) so every slot is captured",
             slots=aux.slots, trained_slots=len(trained),
+            brief=f"{aux.slots} aux slots captured where training had {len(trained)}",
         )  # fmt: skip
-    _drift(ev, hello, manifest, add, th)
+    _drift(ev, hello, manifest, rows, add)
     _acceptance(ev, manifest, add, th)
     _vocab(hello, manifest, add)
 
 
-def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add, th: Thresholds) -> None:
-    live = ev.aux_merged.merged()
-    rows = layer_map(hello, live, manifest, th.rms_ratio_limit)
-    # One cause, one finding: a slot fed another layer than training's differs from training as a
-    # consequence, and the layer findings name that. Drift is the finding for a slot whose layer is
-    # the trained one but whose values are not.
+def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, rows: tuple[SlotRow, ...], add: Add) -> None:
+    # A slot fed another layer than training's differs from training as a consequence, and the layer
+    # findings name that. Drift is the finding for a slot whose layer is the trained one but whose
+    # values are not.
     bad = [r for r in rows if r.stats_ok is False and r.layer_ok]
     if not bad:
         return
@@ -339,6 +467,7 @@ def _drift(ev: SourceEvidence, hello: Hello, manifest: Manifest, add: Add, th: T
         f"the layer map is right but the values are not: {desc}{cause}",
         fix,
         slots=[asdict(r) for r in bad], rows=ev.aux_merged.rows, defects=[d.key for d in defects],
+        brief=f"the layer map is right but the values are not: {desc}",
     )  # fmt: skip
 
 
@@ -358,8 +487,10 @@ def _acceptance(ev: SourceEvidence, manifest: Manifest, add: Add, th: Thresholds
             "ACCEPTANCE_BELOW_TRAINING", WARNING,
             f"conditional acceptance far below training acc_i ({desc}); mean accept length "
             f"{s.mean_accept_length:.2f}",
-            "fix any wiring finding first; if there is none, the draft does not generalise to this traffic",
+            "no wiring finding explains it: eagle3-top probe replays training samples through the server "
+            "(aux rows as in training but low acceptance live: the draft does not generalise to this traffic)",
             positions=low, request_steps=s.request_steps, mean_accept_length=s.mean_accept_length,
+            brief=f"conditional acceptance below training ({desc})",
         )  # fmt: skip
 
 
@@ -475,20 +606,22 @@ def judge_probe(pe: ProbeEvidence, manifest: Manifest | None) -> tuple[str, Find
         "rows": sum(c.rows for c in pe.comparisons),
         "probe_accept_length": pe.probe_accept,
         "live_accept_length": pe.live_accept,
+        "brief": f"replayed training samples: {pe.mapping_text}",
     }
     src = pe.source
     if not pe.aux_ok:
         if pe.served_layers and pe.served_layers == pe.trained_layers:
             return _values_not_layers(pe, manifest, accept_txt, evid)
+        engine = engines.engine(pe.hello.engine) if pe.hello is not None else None
         ids = (
-            f"eagle_config.eagle_aux_hidden_state_layer_ids = {manifest.layer_ids}"
-            if manifest
-            else "check eagle_config.eagle_aux_hidden_state_layer_ids"
+            _ids_fix(engine, pe.hello, manifest.concat_order, f"canonical {_fmt(manifest.concat_order)}")
+            if manifest and pe.hello is not None
+            else "put the ids it was trained on where the server reads them"
         )
         return "wiring: the draft is fed other hidden states than in training", Finding(
             "PROBE_MISMATCH", ERROR,
             f"replayed training samples: {pe.mapping_text}; {accept_txt}",
-            f"serve the draft with the layers (and order) it was trained on: {ids} in the draft's config.json",
+            f"serve the draft with the layers (and order) it was trained on: {ids}",
             src, evid,
         )  # fmt: skip
     if probe_low:

@@ -18,6 +18,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from eagle3_top.tracer.analysis.acceptance import AcceptanceStats
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.analysis.probe_compare import ProbeComparison, compare_with_manifest
+from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES, RequestTracker
 from eagle3_top.tracer.schema import (
     AUX,
     HEALTH,
@@ -40,11 +44,6 @@ from eagle3_top.tracer.schema import (
     step_view,
     tree_depth,
 )
-
-from .acceptance import AcceptanceStats
-from .manifest import Manifest
-from .probe_compare import ProbeComparison, compare_with_manifest
-from .requests import INTERNAL_PREFIXES, RequestTracker
 
 MAX_SOURCES = 256
 
@@ -154,8 +153,12 @@ class EvidenceBook:
         history_s: int = 120,
         manifest: Manifest | None = None,
         internal_prefixes: Sequence[str] = INTERNAL_PREFIXES,
+        track_requests: bool = True,
     ) -> None:
         self.internal_prefixes = tuple(internal_prefixes)  # rids of the server's own requests
+        # False: no step is parked for the per-request figures (``SourceEvidence.requests`` stays
+        # empty), for a reader that draws no request table (the Prometheus exporter)
+        self.track_requests = track_requests
         self.sources: dict[str, SourceEvidence] = {}
         self.manifest = manifest  # probe events are compared with its samples when given
         self.max_sources = max_sources
@@ -194,7 +197,8 @@ class EvidenceBook:
                     n, accepted, carried = step_columns(ev.body)
                     if accepted.size == 0:
                         st._stepped(ev)
-                        st.requests.push(now, (ev,), 0)
+                        if self.track_requests:
+                            st.requests.push(now, (ev,), 0)
                         used += 1
                     else:  # counted with its group below
                         g = groups.get((ev.src, n))
@@ -267,7 +271,8 @@ class EvidenceBook:
         depth = tree_depth(items[0][0].body, n)  # one tree shape per server configuration
         if check_values(n, cat, sizes, tokens):
             st.acceptance.add_many(cat, n, now, len(items), depth)
-            st.requests.push(now, [ev for ev, _, _ in items], int(cat.size))
+            if self.track_requests:
+                st.requests.push(now, [ev for ev, _, _ in items], int(cat.size))
             st.steps += len(items)
             st.last_step_event, st._last_step = items[-1][0], None
             return len(items)
@@ -279,7 +284,8 @@ class EvidenceBook:
                 self._malformed(st, ev, exc, on_malformed)
                 continue
             st.acceptance.add(sv.accepted, sv.n, now, tree_depth(ev.body, sv.n))
-            st.requests.push(now, (ev,), sv.batch)
+            if self.track_requests:
+                st.requests.push(now, (ev,), sv.batch)
             st._stepped(ev, sv)
             used += 1
         return used

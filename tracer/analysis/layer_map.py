@@ -7,18 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from eagle3_top.tracer.fingerprint import sketch_cosine
+from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.schema import Fingerprint, Hello
+from eagle3_top.tracer.serving.fingerprint import sketch_cosine
 
-from .manifest import Manifest
-
-# Evidence needed before a slot's statistics are judged.
-MIN_AUX_ROWS = 256
-# Margins: a slot's RMS off by more than this factor, or its direction sketch below this cosine ...
-RMS_RATIO_LIMIT = 3.0
-SKETCH_COSINE_FLOOR = 0.5
-# ... the direction only where the slot's mean row stands this many noise levels above zero.
-DIRECTION_SNR = 5.0
+from .thresholds import DIRECTION_SNR, MIN_AUX_ROWS, SKETCH_COSINE_FLOOR, THRESHOLDS
 
 
 @dataclass(frozen=True)
@@ -56,7 +49,7 @@ def layer_map(
     hello: Hello | None,
     live: Fingerprint | None,
     manifest: Manifest,
-    rms_ratio_limit: float = RMS_RATIO_LIMIT,
+    rms_ratio_limit: float = THRESHOLDS.rms_ratio_limit,
 ) -> list[SlotRow]:
     """``live``: the source's aux fingerprints merged (``AuxEvidence.merged``)."""
     trained = manifest.concat_order

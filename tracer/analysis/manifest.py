@@ -21,9 +21,9 @@ from functools import cached_property
 from typing import Any, NoReturn
 
 import numpy as np
-from eagle3_top.tracer.fingerprint import SKETCH_DIM
 from eagle3_top.tracer.schema import BONUS, DecodeError, Fingerprint, VocabSummary
 from eagle3_top.tracer.schema.tolerant import R, Record, as_str
+from eagle3_top.tracer.serving.fingerprint import SKETCH_DIM
 
 MANIFEST_VERSION = 1
 MANIFEST_KEY = "eagle3_top_manifest"

@@ -18,11 +18,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer import __version__
-from eagle3_top.tracer.claims import metrics_from_json
-from eagle3_top.tracer.fingerprint import FingerprintAccumulator, fingerprint
-from eagle3_top.tracer.wiring import d2t_summary, draft_layer_ids
-
-from .manifest import (
+from eagle3_top.tracer.analysis.manifest import (
     MAX_LAYERS,
     MAX_PROBES,
     MAX_SIZE,
@@ -39,7 +35,17 @@ from .manifest import (
     pack_rows,
     read_json,
 )
-from .trainfiles import TrainFileError, find_training_files, load_sample, load_vocab_mapping, torch_load
+from eagle3_top.tracer.analysis.trainfiles import (
+    TrainFileError,
+    find_training_files,
+    load_sample,
+    load_vocab_mapping,
+    torch_load,
+)
+from eagle3_top.tracer.engines.base import declared_ids
+from eagle3_top.tracer.serving.claims import metrics_from_json
+from eagle3_top.tracer.serving.fingerprint import FingerprintAccumulator, fingerprint
+from eagle3_top.tracer.serving.wiring import d2t_summary
 
 
 def specforge_default_ids(num_layers: int) -> list[int]:
@@ -206,7 +212,7 @@ def build_manifest(
     target: dict[str, Any] = {}
     if target_config:
         target = _target_fields(read_json(target_config, "target config.json"), _config_path(target_config))
-    ids, where = draft_layer_ids(dcfg)
+    ids, where = declared_ids(dcfg)
     num_layers = target.get("num_layers")
     ids_source = where
     if ids is None:

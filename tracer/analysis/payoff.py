@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .acceptance import AcceptanceStats, AcceptanceSummary
-from .diagnose import MIN_REQUEST_STEPS
-from .findings import ERROR, Finding
+from eagle3_top.tracer.analysis.acceptance import AcceptanceStats, AcceptanceSummary
+from eagle3_top.tracer.analysis.findings import ERROR, Finding
+from eagle3_top.tracer.analysis.thresholds import THRESHOLDS
 
 # The accept length is taken over the last seconds, as the tok/s rate is (its last 5 whole seconds):
 # the two must describe the same traffic for the break-even length to mean anything.
@@ -48,7 +48,7 @@ def payoff_finding(
     stats: AcceptanceStats,
     now: float,
     baseline_tok_s: float | None,
-    min_request_steps: int = MIN_REQUEST_STEPS,
+    min_request_steps: int = THRESHOLDS.min_request_steps,
 ) -> Finding | None:
     p = payoff_now(stats, now, baseline_tok_s)
     if p is None or stats.request_steps < min_request_steps or p.speedup >= 1.0:
@@ -66,5 +66,6 @@ def payoff_finding(
             "tok_s": p.tok_s, "baseline_tok_s": p.baseline_tok_s, "speedup": p.speedup,
             "break_even_accept_length": p.break_even_accept_length, "accept_length": p.accept_length,
             "request_steps": stats.request_steps, "window_s": WINDOW_S,
+            "brief": f"{p.tok_s:,.1f} tok/s against {p.baseline_tok_s:,.1f} without speculation",
         },
     )  # fmt: skip

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from eagle3_top.tracer.analysis.manifest import Manifest, ProbeSample
 from eagle3_top.tracer.schema import ProbeRows
-
-from .manifest import Manifest, ProbeSample
 
 # float32 compare of float16-stored training rows against the engine's own precision
 MATCH_COSINE = 0.99

@@ -18,6 +18,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from eagle3_top.tracer.analysis.acceptance import AcceptanceStats
+from eagle3_top.tracer.analysis.diagnose import ProbeEvidence, diagnose, judge_probe
+from eagle3_top.tracer.analysis.evidence import EvidenceBook
+from eagle3_top.tracer.analysis.findings import Finding
+from eagle3_top.tracer.analysis.generate_http import GenerateError, base_url, generate
+from eagle3_top.tracer.analysis.manifest import Manifest
+from eagle3_top.tracer.analysis.probe_compare import (
+    ProbeComparison,
+    combine,
+    compare,
+    mapping_ok,
+    mapping_text,
+    merge_chunks,
+)
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import (
     HELLO,
     PROBE,
@@ -30,18 +45,9 @@ from eagle3_top.tracer.schema import (
     probe_view,
     step_view,
 )
-from eagle3_top.tracer.subscriber import Subscriber
-
-from .acceptance import AcceptanceStats
-from .diagnose import ProbeEvidence, diagnose, judge_probe
-from .evidence import EvidenceBook
-from .findings import Finding
-from .generate_http import GenerateError, base_url, generate
-from .manifest import Manifest
-from .probe_compare import ProbeComparison, combine, compare, mapping_ok, mapping_text, merge_chunks
 
 if TYPE_CHECKING:
-    from eagle3_top.tracer.curve import CurveClient
+    from eagle3_top.tracer.transport.curve import CurveClient
 
 DEFAULT_MAX_NEW_TOKENS = 32
 
@@ -74,7 +80,7 @@ def samples_from_manifest(manifest: Manifest) -> list[Sample]:
 
 def samples_from_data(data: str, limit: int, max_tokens: int = 256) -> list[Sample]:
     """Training hidden-state files directly (needs torch to read them)."""
-    from .trainfiles import TrainFileError, find_training_files, load_sample
+    from eagle3_top.tracer.analysis.trainfiles import TrainFileError, find_training_files, load_sample
 
     try:
         out = []

@@ -8,6 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+# Fixed margins (not in the config file): evidence needed before a slot's statistics are judged, the
+# sketch cosine under which a slot's direction is wrong, and how far above noise a slot's mean row
+# must stand before its direction is compared at all.
+MIN_AUX_ROWS = 256
+SKETCH_COSINE_FLOOR = 0.5
+DIRECTION_SNR = 5.0
+
 
 @dataclass(frozen=True)
 class Thresholds:

@@ -13,8 +13,8 @@ publishing side calls (the tracer and both engines' adapters) and the typed view
 Import from here: ``from eagle3_top.tracer.schema import Hello, step_view, ...``.
 """
 
-from .aux import AuxSample, Fingerprint, aux_body, aux_view
-from .envelope import (
+from eagle3_top.tracer.schema.aux import AuxSample, Fingerprint, aux_body, aux_view
+from eagle3_top.tracer.schema.envelope import (
     AUX,
     HEALTH,
     HELLO,
@@ -31,8 +31,8 @@ from .envelope import (
     peek,
     split_source_key,
 )
-from .health import Health
-from .hello import (
+from eagle3_top.tracer.schema.health import Health
+from eagle3_top.tracer.schema.hello import (
     NO_SPECULATION,
     SPEC_KEYS,
     AuxWiring,
@@ -43,8 +43,15 @@ from .hello import (
     SpecConfig,
     VocabSummary,
 )
-from .probe import PROBE_AUX_DTYPE, PROBE_MARKER, ProbeRows, is_probe_rid, probe_body, probe_view
-from .step import (
+from eagle3_top.tracer.schema.probe import (
+    PROBE_AUX_DTYPE,
+    PROBE_MARKER,
+    ProbeRows,
+    is_probe_rid,
+    probe_body,
+    probe_view,
+)
+from eagle3_top.tracer.schema.step import (
     BONUS,
     TOKEN_DTYPE,
     StepColumns,
@@ -58,7 +65,7 @@ from .step import (
     step_view,
     tree_depth,
 )
-from .text import printable
+from eagle3_top.tracer.schema.text import printable
 
 __all__ = [
     "AUX", "BONUS", "HEALTH", "HELLO", "KINDS", "NO_SPECULATION", "PROBE", "PROBE_AUX_DTYPE", "PROBE_MARKER", "SCHEMA_VERSION",

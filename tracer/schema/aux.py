@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .envelope import DecodeError, Event
-from .text import printable
+from eagle3_top.tracer.schema.envelope import DecodeError, Event
+from eagle3_top.tracer.schema.text import printable
 
 MAX_SLOTS = 1024
 MAX_SKETCH = 256

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import msgpack
-
-from .text import printable
+from eagle3_top.tracer.schema.text import printable
 
 SCHEMA_VERSION = 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tolerant import Record
+from eagle3_top.tracer.schema.tolerant import Record
 
 
 @dataclass(frozen=True)

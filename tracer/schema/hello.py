@@ -1,6 +1,6 @@
 """``hello``: the startup wiring report, repeated every few seconds so that late subscribers catch up.
 
-Built once per engine by ``tracer.wiring.wiring_report`` (both adapters use it) and read tolerantly:
+Built once per engine by ``tracer.serving.wiring.wiring_report`` (both adapters use it) and read tolerantly:
 every field may be absent or odd on the wire and reads as its default.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from .tolerant import R, Record, as_int, as_map, as_str, read_record
+from eagle3_top.tracer.schema.tolerant import R, Record, as_int, as_map, as_str, read_record
 
 SPEC_KEYS = ("algorithm", "num_steps", "topk", "num_draft_tokens")
 # The effective algorithm of a server that decodes without speculation (SGLang's
@@ -84,12 +84,12 @@ class AuxWiring(Record):
     capture_canonical: list[int] | None = None  # the slots really produced, in concatenation order
     capture_source: str | None = None  # layers_to_capture | _is_layer_to_capture
     capture_note: str | None = None
-    family: str | None = None  # whose layer rule applies (tracer.layers)
+    family: str | None = None  # which of the engine's capture rules applies (tracer.engines)
     convention: str | None = None
     slots: int | None = None
     width: int | None = None
     expected_width: int | None = None  # the draft fc's input width
-    sglang_input_width: int | None = None  # the width SGLang sizes the draft's input with
+    input_width: int | None = None  # the width the engine sizes the draft's input with
 
     def to_body(self) -> dict[str, Any]:
         body = super().to_body()
@@ -100,6 +100,8 @@ class AuxWiring(Record):
     @classmethod
     def from_body(cls, v: Any) -> AuxWiring:
         aux = read_record(cls, v)
+        if aux.input_width is None and isinstance(v, Mapping):  # its older name, when only SGLang sent it
+            aux = replace(aux, input_width=as_int(v.get("sglang_input_width")))
         known = isinstance(v, Mapping) and "ids_read" in v and v.get("ids_read_known") is not False
         return replace(aux, ids_read_known=known)
 

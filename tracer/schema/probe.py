@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from .envelope import DecodeError
-from .step import TOKEN_DTYPE
+from eagle3_top.tracer.schema.envelope import DecodeError
+from eagle3_top.tracer.schema.step import TOKEN_DTYPE
 
 PROBE_MARKER = "e3t-probe"  # a request whose rid contains it is a probe
 PROBE_AUX_DTYPE = np.dtype("<f2")

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from .text import printable
+from eagle3_top.tracer.schema.text import printable
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Record")

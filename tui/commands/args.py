@@ -3,14 +3,15 @@ one line naming it, and a bad endpoint among good ones is reported and skipped."
 
 from __future__ import annotations
 
-import argparse
 import difflib
-import math
+
+from eagle3_top.tracer.argtypes import positive_float as positive_float
+from eagle3_top.tracer.argtypes import positive_int as positive_int
+from eagle3_top.tracer.schema import printable
 
 # every command's endpoint parsing (ranges expanded), re-exported: the library's feed reads files too
-from eagle3_top.tracer.endpoints import endpoint_error as endpoint_error
-from eagle3_top.tracer.endpoints import endpoint_list as endpoint_list
-from eagle3_top.tracer.schema import printable
+from eagle3_top.tracer.transport.endpoints import endpoint_error as endpoint_error
+from eagle3_top.tracer.transport.endpoints import endpoint_list as endpoint_list
 
 COMMANDS = (
     "check",
@@ -33,26 +34,6 @@ def looks_like_endpoint(text: str) -> bool:
     """Endpoint-shaped (a scheme, or HOST:PORT), even if invalid: a word without either is more
     likely a mistyped command."""
     return "://" in text or ":" in text
-
-
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return v
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return v
 
 
 def unknown_command(word: str) -> str:

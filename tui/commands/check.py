@@ -11,8 +11,10 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from eagle3_top.tracer.transport.curve_flags import add_client_arguments as add_curve_arguments
+from eagle3_top.tracer.transport.curve_flags import client_from as curve_from
+
 from .args import positive_float, positive_int
-from .curve_args import add_curve_arguments, curve_from
 from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import (
     EXIT_FINDINGS,
@@ -162,7 +164,7 @@ def main(argv: list[str]) -> int:
         endpoints = given.all
     from eagle3_top.tracer.analysis.check import NoStream, judge_recording, watch
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
-    from eagle3_top.tracer.curve import KeyError_
+    from eagle3_top.tracer.transport.curve import KeyError_
     from eagle3_top.tui.config import ConfigError, load_config
 
     try:
@@ -172,7 +174,7 @@ def main(argv: list[str]) -> int:
     except (KeyError_, ManifestError, ConfigError) as exc:
         return fail(PROG, str(exc))
     if ns.replay is not None:
-        from eagle3_top.tracer.recording import RecordingReader
+        from eagle3_top.tracer.reader.recording import RecordingReader
 
         reader = RecordingReader(ns.replay)
         try:

@@ -384,8 +384,8 @@ class Demo:
     def wait_for_steps(self, endpoints: list[str]) -> None:
         """Until every engine has published a step: the monitor then opens on live engines, and one
         that cannot step is reported here, in the terminal, rather than behind the monitor."""
+        from eagle3_top.tracer.reader.subscriber import Subscriber
         from eagle3_top.tracer.schema import STEP
-        from eagle3_top.tracer.subscriber import Subscriber
 
         subs = {ep: Subscriber([ep]) for ep in endpoints}
         waiting = set(endpoints)

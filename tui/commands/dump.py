@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from eagle3_top.tracer.recording import RecordedFrame, RecordingReader
+from eagle3_top.tracer.reader.recording import RecordedFrame, RecordingReader
 from eagle3_top.tracer.schema import KINDS, DecodeError, Event, decode
 
 from .frame_json import frame_json
@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
-    from eagle3_top.tracer.recording.writer import PROFILE
+    from eagle3_top.tracer.reader.recording.writer import PROFILE
 
     from .recording_input import READ_ERRORS, read_error
 

@@ -8,8 +8,8 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from eagle3_top.tracer.endpoints import MAX_RANGE_PORTS
-from eagle3_top.tracer.endpoints_file import EndpointsFile, EndpointsFileError
+from eagle3_top.tracer.reader.endpoints_file import EndpointsFile, EndpointsFileError
+from eagle3_top.tracer.transport.endpoints import MAX_RANGE_PORTS
 
 from .args import endpoint_list
 from .report import fail

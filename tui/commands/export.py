@@ -1,6 +1,7 @@
 """``eagle3-top export --prometheus PORT ENDPOINT ...``: the monitor's evidence as Prometheus
-metrics, headless. It subscribes like the monitor (the same feed, findings included) and answers
-``GET /metrics`` on 127.0.0.1:PORT; the metrics are read from the feed at scrape time."""
+metrics, headless. It subscribes like the monitor (the same ledger, evidence book and findings
+engine, in a lean feed of its own: ``eagle3_top.tracer.export``) and answers ``GET /metrics`` on
+127.0.0.1:PORT; the metrics are read from the feed at scrape time."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import argparse
 import errno
 import sys
 
-from .curve_args import add_curve_arguments, curve_from
+from eagle3_top.tracer.transport.curve_flags import add_client_arguments as add_curve_arguments
+from eagle3_top.tracer.transport.curve_flags import client_from as curve_from
+
 from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .listen import port_or_any, public_host_error, resolve
 from .report import EXIT_OK, fail, parse
@@ -60,11 +63,11 @@ def main(argv: list[str]) -> int:
         return fail(PROG, why)
 
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
-    from eagle3_top.tracer.curve import KeyError_
-    from eagle3_top.tracer.subscriber import Subscriber
+    from eagle3_top.tracer.export.exporter import Exporter, settle_heap
+    from eagle3_top.tracer.export.feed import ExportFeed
+    from eagle3_top.tracer.reader.subscriber import Subscriber
+    from eagle3_top.tracer.transport.curve import KeyError_
     from eagle3_top.tui.config import ConfigError, load_config
-    from eagle3_top.tui.export_figures import ExportFeed
-    from eagle3_top.tui.exporter import Exporter, settle_heap
 
     try:
         curve = curve_from(ns)
@@ -78,7 +81,6 @@ def main(argv: list[str]) -> int:
         subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
         stale_after_s=cfg.thresholds.stale_after_s,
         thresholds=cfg.thresholds,
-        internal_prefixes=cfg.internal_rid_prefixes,
     )
     if given.file is not None:
         feed.follow_endpoints_file(given.file)

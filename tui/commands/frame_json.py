@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
-from eagle3_top.tracer.recording import RecordedFrame
+from eagle3_top.tracer.reader.recording import RecordedFrame
 from eagle3_top.tracer.schema import (
     PROBE,
     STEP,

@@ -20,7 +20,7 @@ def write_pair(directory: str, name: str) -> tuple[str, str]:
     The pair is made in a private temporary directory beside them, so the secret is never readable
     by others, not even for a moment, and then renamed into place; the public key keeps the
     umask's mode, the secret is 0600. OSError when the directory cannot be made or written."""
-    from eagle3_top.tracer import curve
+    from eagle3_top.tracer.transport import curve
 
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", directory)

@@ -6,8 +6,10 @@ import argparse
 import os
 import sys
 
-from .args import looks_like_endpoint, unknown_command
-from .curve_args import add_curve_arguments, curve_from
+from eagle3_top.tracer.transport.curve_flags import add_client_arguments as add_curve_arguments
+from eagle3_top.tracer.transport.curve_flags import client_from as curve_from
+
+from .args import looks_like_endpoint, positive_float, unknown_command
 from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import EXIT_OK, EXIT_USAGE, fail, parse, safe
 
@@ -50,7 +52,7 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--baseline-tok-s",
-        type=positive_arg,
+        type=positive_float,
         metavar="X",
         help="the same server's tok/s without speculation, at the same load: shows the speed-up, the "
         "break-even accept length, and a finding when speculation is slower",
@@ -128,7 +130,7 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
             "run `eagle3-top --once`, for a verdict `eagle3-top check ENDPOINT`",
         )
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
-    from eagle3_top.tracer.curve import KeyError_
+    from eagle3_top.tracer.transport.curve import KeyError_
 
     try:
         manifest = load_manifest(ns.manifest) if ns.manifest else None
@@ -150,6 +152,7 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
     if check_only:
         return EXIT_OK
     from eagle3_top.tui.app import Eagle3TopApp
+    from eagle3_top.tui.config import LIVE_INTERVAL_S
 
     _watch_server()
     app = Eagle3TopApp(
@@ -170,9 +173,6 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
 
 # A repaint of a busy screen is the monitor's main cost next to the server it watches: at one a
 # second it takes 3.7% of a core tailing 100 step events/s, 8.4% at four (benchmarks/bench_tui_cpu.py).
-# Keys repaint at once whatever the interval. A replay is watched, not left running: four a second.
-LIVE_INTERVAL_S = 1.0
-REPLAY_INTERVAL_S = 0.25
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.05, 60.0
 
 
@@ -188,18 +188,8 @@ def interval_arg(text: str) -> float:
     return v
 
 
-def positive_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v < float("inf"):  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text!r}: a positive number")
-    return v
-
-
 def speed_arg(text: str) -> float | None:
-    from eagle3_top.tracer.replay import parse_speed
+    from eagle3_top.tracer.reader.replay import parse_speed
 
     try:
         return parse_speed(text)
@@ -262,7 +252,7 @@ def _replay(ns: argparse.Namespace, check_only: bool = False) -> int:
     if ns.endpoints or ns.endpoints_file:
         return fail("eagle3-top", "--replay shows a file; give no endpoint with it")
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
-    from eagle3_top.tracer.replay import Timeline
+    from eagle3_top.tracer.reader.replay import Timeline
 
     try:
         manifest = load_manifest(ns.manifest) if ns.manifest else None
@@ -289,6 +279,7 @@ def _replay(ns: argparse.Namespace, check_only: bool = False) -> int:
             "the replay needs a terminal (stdin and stdout); for a verdict without one, "
             "run `eagle3-top check --replay FILE`",
         )
+    from eagle3_top.tui.config import REPLAY_INTERVAL_S
     from eagle3_top.tui.replay_app import run_replay
 
     _watch_server()

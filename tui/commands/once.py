@@ -12,9 +12,10 @@ import time
 from typing import TYPE_CHECKING
 
 from eagle3_top.tracer.analysis.manifest import Manifest
-from eagle3_top.tracer.curve import CurveClient
-from eagle3_top.tracer.replay import Timeline
+from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tracer.schema.text import printable
+from eagle3_top.tracer.transport.curve import CurveClient
+from eagle3_top.tui.config import LIVE_INTERVAL_S
 
 from .report import EXIT_OK, EXIT_PARTIAL, quiet_stdout
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from eagle3_top.tui.snapshot import Snapshot
     from eagle3_top.tui.token_text import TokenText
 
-ONCE_INTERVAL_S = 1.0  # how long --once listens when -i does not say
+ONCE_INTERVAL_S = LIVE_INTERVAL_S  # how long --once listens when -i does not say
 RECENT = (10, 60)  # the windows --json reports beside since-start
 
 
@@ -35,7 +36,7 @@ def once_live(
     baseline_tok_s: float | None = None,
     tokenizer: TokenText | None = None,
 ) -> int:
-    from eagle3_top.tracer.subscriber import Subscriber
+    from eagle3_top.tracer.reader.subscriber import Subscriber
     from eagle3_top.tui.feed import Feed
 
     feed = Feed(

@@ -1,9 +1,10 @@
-"""``eagle3-top preflight``: what an SGLang server will do with a target and an EAGLE-3 draft, from
-their config files and SGLang's rules for a release, judged as ``check`` judges a live server."""
+"""``eagle3-top preflight``: what a server will do with a target and an EAGLE-3 draft, from their
+config files and the engine's rules for a release, judged as ``check`` judges a live server."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, safe
 if TYPE_CHECKING:
     from eagle3_top.tracer.analysis.findings import Finding
     from eagle3_top.tracer.analysis.manifest import Manifest
-    from eagle3_top.tracer.preflight import Prediction
+    from eagle3_top.tracer.analysis.preflight import Prediction
 
 PROG = "eagle3-top preflight"
 SOURCE = "preflight"  # the findings' source: no server yet
@@ -22,7 +23,7 @@ SOURCE = "preflight"  # the findings' source: no server yet
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Predict, from the config files and SGLang's rules, what a server will do with this "
+        description="Predict, from the config files and the engine's rules, what a server will do with this "
         "target and draft: the layer ids it reads or misses, the layers it captures and in which order, "
         "the aux width against the draft's fc, the flags it rewrites and the release's known defects. "
         "Exit 0 pass, 1 an error finding, 2 usage or unreadable files (as check).",
@@ -39,10 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--engine", default="sglang", help="the serving engine (default: sglang)")
     p.add_argument(
+        "--engine-version",
         "--sglang-version",
+        dest="engine_version",
         metavar="V",
-        help="the release to predict for (default: the installed sglang's, by its package metadata)",
+        help="the release to predict for (default: the installed engine's, by its package metadata)",
+    )
+    p.add_argument(
+        "--from-table",
+        action="store_true",
+        help="predict from the engine's rules and its table of observed releases only, even where the "
+        "release is installed here (by default its own classes are run on the CPU: seconds)",
     )
     p.add_argument("--manifest", metavar="M", help="the training manifest to compare with")
     p.add_argument("--json", action="store_true", help="the prediction and findings as one JSON object")
@@ -57,12 +67,12 @@ def prediction_lines(p: Prediction, manifest: Manifest | None) -> list[str]:
     h = p.hello
     aux, m = h.aux, h.model
     lines = [
-        f"SGLang {p.sglang_version or '(newest rules)'} ({p.version_source}); target {m.arch} "
+        f"{p.engine.title} {p.version or '(newest rules)'} ({p.version_source}); target {m.arch} "
         f"({m.num_layers} layers, hidden {m.hidden_size}); draft {m.draft_path}"
     ]
     if aux is not None:
         if aux.ids_read is not None:
-            read = f"ids read: {_ids(aux.ids_read)} (eagle_config)"
+            read = f"ids read: {_ids(aux.ids_read)} ({p.engine.ids_key})"
         elif aux.declared_ids is not None:
             read = f"ids read: none, {_ids(aux.declared_ids)} sit at the config's {aux.ids_location.replace('_', ' ')}: the target uses its default layers"
         else:
@@ -95,13 +105,15 @@ def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
-    from eagle3_top.tracer.analysis.diagnose import diagnose
+    from eagle3_top.tracer.analysis import preflight
+    from eagle3_top.tracer.analysis.codes import fold
+    from eagle3_top.tracer.analysis.diagnose import defect_finding, diagnose
     from eagle3_top.tracer.analysis.evidence import EvidenceBook
     from eagle3_top.tracer.analysis.findings import has_errors
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
-    from eagle3_top.tracer.preflight import PreflightError, predict
+    from eagle3_top.tracer.analysis.preflight import PreflightError, predict
+    from eagle3_top.tracer.engines.base import SpecArgs
     from eagle3_top.tracer.schema import HELLO, Event
-    from eagle3_top.tracer.sglang_spec import SpecArgs
 
     try:
         manifest = load_manifest(ns.manifest) if ns.manifest else None
@@ -114,13 +126,35 @@ def main(argv: list[str]) -> int:
                 ns.speculative_eagle_topk,
                 ns.speculative_num_draft_tokens,
             ),
-            ns.sglang_version,
+            ns.engine_version,
+            ns.engine,
         )
     except (ManifestError, PreflightError) as exc:
         return fail(PROG, str(exc))
+    # The release's own classes where they can run here; else the table, and a line saying so.
+    why_not = "--from-table" if ns.from_table else preflight.observable(p.engine, p.version)
+    observed = None
+    if why_not is None:
+        print(f"{PROG}: running {p.engine.title} {p.version}'s own classes for {p.hello.model.arch} on the CPU ...",
+              file=sys.stderr, flush=True)  # fmt: skip
+        got = preflight.observe(p.engine, ns.model_path, ns.speculative_draft_model_path)
+        if isinstance(got, str):
+            why_not = got
+        else:
+            observed = got
+            p = preflight.with_observation(p, got)
+    if observed is None:
+        p = dataclasses.replace(
+            p, notes=(*p.notes, f"from the rules and the table of observed releases ({why_not})")
+        )
     book = EvidenceBook(manifest=manifest)
     book.ingest([Event(HELLO, SOURCE, 0, 0.0, p.hello.to_body())], 0.0)
     findings: list[Finding] = diagnose(book.sources[SOURCE], manifest)
+    seen = observed is not None and preflight.observed_defect(p, observed)
+    if seen and not any(
+        f.code == "ENGINE_KNOWN_DEFECT" and f.evidence.get("symptom") == seen.symptom for f in findings
+    ):
+        findings = list(fold([*findings, defect_finding(seen, p.hello, manifest, SOURCE)]))
     code = EXIT_FINDINGS if has_errors(findings) else EXIT_OK
     if ns.json:
         print(
@@ -128,10 +162,14 @@ def main(argv: list[str]) -> int:
                 {
                     "verdict": "fail" if code else "pass",
                     "exit_code": code,
-                    "sglang_version": p.sglang_version,
+                    "engine": p.engine.name,
+                    "engine_version": p.version,
                     "version_source": p.version_source,
                     "fc_source": p.fc_source,
                     "notes": list(p.notes),
+                    "observed": None
+                    if observed is None
+                    else {**observed.row, "outcome": observed.outcome.kind},
                     "hello": p.hello.to_body(),
                     "findings": [f.to_json() for f in findings],
                 },

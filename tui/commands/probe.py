@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eagle3_top.tracer.transport.curve_flags import add_client_arguments as add_curve_arguments
+from eagle3_top.tracer.transport.curve_flags import client_from as curve_from
+
 from .args import endpoint_list, positive_float, positive_int
-from .curve_args import add_curve_arguments, curve_from
 from .report import EXIT_FINDINGS, EXIT_OK, fail, parse, print_findings, print_json, safe, stderr_progress
 
 
@@ -69,7 +71,7 @@ def main(argv: list[str]) -> int:
         samples_from_data,
         samples_from_manifest,
     )
-    from eagle3_top.tracer.curve import KeyError_
+    from eagle3_top.tracer.transport.curve import KeyError_
 
     try:
         curve = curve_from(ns)

@@ -10,8 +10,10 @@ import os
 import sys
 import time
 
+from eagle3_top.tracer.transport.curve_flags import add_client_arguments as add_curve_arguments
+from eagle3_top.tracer.transport.curve_flags import client_from as curve_from
+
 from .args import positive_float
-from .curve_args import add_curve_arguments, curve_from
 from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import EXIT_FINDINGS, EXIT_OK, fail, parse
 from .stop_signal import StopSignal
@@ -64,9 +66,9 @@ def main(argv: list[str]) -> int:
     endpoints = given.all
     if os.path.exists(ns.output) and not ns.force:
         return fail(PROG, f"{ns.output} exists (--force overwrites it)")
-    from eagle3_top.tracer.curve import KeyError_
-    from eagle3_top.tracer.recording import RecordingWriter, SeqGaps
-    from eagle3_top.tracer.subscriber import Subscriber
+    from eagle3_top.tracer.reader.recording import RecordingWriter, SeqGaps
+    from eagle3_top.tracer.reader.subscriber import Subscriber
+    from eagle3_top.tracer.transport.curve import KeyError_
 
     try:
         curve = curve_from(ns)

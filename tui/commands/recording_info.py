@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3_top.tracer.ledger import Loss, SourceCounters
+from eagle3_top.tracer.reader.ledger import Loss, SourceCounters
 
 from .report import EXIT_OK, EXIT_PARTIAL, fail, parse, safe
 
@@ -84,8 +84,8 @@ def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
         return ns
-    from eagle3_top.tracer.recording import RecordingReader
-    from eagle3_top.tracer.recording.writer import PROFILE
+    from eagle3_top.tracer.reader.recording import RecordingReader
+    from eagle3_top.tracer.reader.recording.writer import PROFILE
     from eagle3_top.tracer.schema import HEALTH, KINDS, DecodeError, decode
 
     from .recording_input import READ_ERRORS, iso, read_error

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from eagle3_top.tracer.recording import NotARecording, UnsupportedRecording
+from eagle3_top.tracer.reader.recording import NotARecording, UnsupportedRecording
 
 # Missing, unreadable, a directory, not MCAP, of a newer stream version: exit 2, one line.
 READ_ERRORS = (OSError, NotARecording, UnsupportedRecording)

@@ -1,6 +1,6 @@
 """``eagle3-top relay --bind ENDPOINT --connect ENDPOINT ...``: many publishers fanned into one
-endpoint, frames byte for byte (``tracer/relay.py``), optionally recorded as they pass
-(``tracer/relay_recorder.py``). Runs until SIGTERM/SIGINT, which close the recording whole."""
+endpoint, frames byte for byte (``tracer/reader/relay.py``), optionally recorded as they pass
+(``tracer/reader/relay_recorder.py``). Runs until SIGTERM/SIGINT, which close the recording whole."""
 
 from __future__ import annotations
 
@@ -10,21 +10,22 @@ import sys
 import time
 from typing import TYPE_CHECKING, cast
 
-from eagle3_top.tracer.curve_flags import add_server_arguments, server_from
+from eagle3_top.tracer.transport.curve_flags import add_client_arguments as add_curve_arguments
+from eagle3_top.tracer.transport.curve_flags import add_server_arguments, server_from
+from eagle3_top.tracer.transport.curve_flags import client_from as curve_from
 
 from .args import positive_float, positive_int
-from .curve_args import add_curve_arguments, curve_from
 from .endpoint_args import add_endpoint_arguments, endpoints_from
 from .report import EXIT_FINDINGS, EXIT_OK, fail, parse
 from .stop_signal import StopSignal
 
 if TYPE_CHECKING:
-    from eagle3_top.tracer.relay import Relay
-    from eagle3_top.tracer.relay_recorder import CaptureRecorder
+    from eagle3_top.tracer.reader.relay import Relay
+    from eagle3_top.tracer.reader.relay_recorder import CaptureRecorder
 
 PROG = "eagle3-top relay"
 STATUS_INTERVAL_S = 10.0
-DEFAULT_SNDHWM = 10_000  # tracer/relay.py's, the Publisher's: kept here so --help needs no zmq
+DEFAULT_SNDHWM = 10_000  # tracer/reader/relay.py's, the Publisher's: kept here so --help needs no zmq
 RECORD_BUFFER = 20_000  # frames the recorder may fall behind by (~30 MB of batch-64 steps)
 
 
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _bind_error(endpoint: str, public: bool) -> str | None:
     """Why ``endpoint`` must not be bound, or None; warns when it is public and allowed."""
-    from eagle3_top.tracer.publisher import EndpointError, check_bind_endpoint
+    from eagle3_top.tracer.serving.publisher import EndpointError, check_bind_endpoint
 
     try:
         check_bind_endpoint(endpoint, allow_remote=True)  # its shape and port
@@ -125,10 +126,10 @@ def main(argv: list[str]) -> int:
         return fail(PROG, why)
     if ns.record and os.path.exists(ns.record) and not ns.force:
         return fail(PROG, f"{ns.record} exists (--force overwrites it)")
-    from eagle3_top.tracer.curve import KeyError_
-    from eagle3_top.tracer.recording import RecordingWriter
-    from eagle3_top.tracer.relay import Relay, RelayError
-    from eagle3_top.tracer.relay_recorder import CaptureRecorder
+    from eagle3_top.tracer.reader.recording import RecordingWriter
+    from eagle3_top.tracer.reader.relay import Relay, RelayError
+    from eagle3_top.tracer.reader.relay_recorder import CaptureRecorder
+    from eagle3_top.tracer.transport.curve import KeyError_
 
     try:
         client_curve, server_curve = curve_from(ns), server_from(ns)

@@ -1,0 +1,97 @@
+"""The engine seam (tracer/engines/): every registered engine implements the contract, knowledge is
+asked of the engine a hello names, versions are parsed once and unknown ones refused, fix sentences
+name ids the engine's own rules check, and the documented defect table is the observed one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from eagle3_top.tracer import engines
+from eagle3_top.tracer.engines.base import Engine, fix_ids, ids_for, parse_version, version_problem
+from eagle3_top.tracer.engines.sglang import ENGINE as SGLANG
+from eagle3_top.tracer.engines.sglang import defects
+from eagle3_top.tracer.engines.sglang.capture import DEEPSEEK, GPT_OSS, LLAMA, LLAMA_TAIL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_registered_engine_implements_the_contract() -> None:
+    for name in engines.names():
+        e = engines.engine(name)
+        assert isinstance(e, Engine) and e.name == name, name
+    assert engines.engine("a-server-we-do-not-know") is None and engines.engine(None) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("0.5.17", (0, 5, 17)), ("v0.5.22rc1", (0, 5, 22)), ("0.5.17.post1", (0, 5, 17)), ("0.32.0+cpu", (0, 32, 0)),
+     ("banana", None), ("7", None), ("", None), (None, None), ("1" * 80, None)],
+)  # fmt: skip
+def test_one_version_parser(text: str | None, version: tuple[int, ...] | None) -> None:
+    assert parse_version(text) == version
+
+
+def test_a_release_outside_the_range_or_not_a_version_is_named() -> None:
+    assert version_problem(SGLANG, "0.5.20") is None and version_problem(SGLANG, "0.5.23.post2") is None
+    assert "outside the releases eagle3-top knows (0.5.17 – 0.5.23)" in str(version_problem(SGLANG, "0.4.0"))
+    assert "is not a SGLang version" in str(version_problem(SGLANG, "banana"))
+    assert version_problem(engines.engine("toy"), "anything") is None  # the built-in engine: any
+
+
+@pytest.mark.parametrize(
+    ("family", "canonical", "n", "ids"),
+    [
+        (LLAMA, [-1, 2, 5], 8, [-1, 2, 5]),  # SGLang's Llama rule: the canonical ids themselves
+        (
+            DEEPSEEK,
+            [1, 29, 57],
+            61,
+            [1, 29, 57],
+        ),  # first id 1: +1 (SpecForge's DeepSeek-V3 draft writes this)
+        (DEEPSEEK, [0, 2, 4], 8, [3, 5, 1]),  # first id 1 would get +1: any other first id is kept
+        (GPT_OSS, [1, 11, 21], 24, [1, 11, 21]),
+        (LLAMA_TAIL, [0, 3, 7], 8, [0, 3, 7]),  # Gemma: the last block's output is reachable
+        (LLAMA, [0, 3, 7], 8, None),  # Llama: it is not, whatever is written
+    ],
+)
+def test_fix_sentences_name_ids_the_engines_own_rules_capture(
+    family: str, canonical: list[int], n: int, ids: list[int] | None
+) -> None:
+    got = ids_for(SGLANG, family, canonical, n)
+    assert got == ids
+    if got is not None:
+        assert SGLANG.capture(family, SGLANG.native_from_ids(family, got, n), n).canonical == canonical
+        assert fix_ids(SGLANG, family, canonical, n) == (
+            f"put eagle_config.eagle_aux_hidden_state_layer_ids = [{', '.join(map(str, got))}] in the draft's config.json"
+        )
+    else:
+        assert "cannot capture canonical" in fix_ids(SGLANG, family, canonical, n)
+
+
+def test_the_table_agrees_with_what_real_servers_showed() -> None:
+    """The two defects first met on real 0.5.17 servers (an H200 and an H100), found again by the
+    matrix from each release's own code: Llama crashes on the embedding slot until 0.5.22, Qwen2 holds
+    another tensor in it until 0.5.21."""
+    (llama,) = SGLANG.known_defects("0.5.17", "LlamaForCausalLM", [-1, 2, 5], 8)
+    assert (llama.symptom, llama.case, llama.fixed_in) == ("crash", "embedding", (0, 5, 22))
+    assert "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'" in llama.effect
+    (qwen2,) = SGLANG.known_defects("0.5.20", "Qwen2ForCausalLM", [-1, 2, 5], 8)
+    assert (qwen2.symptom, qwen2.fixed_in) == ("values", (0, 5, 21))
+    assert SGLANG.known_defects("0.5.22", "LlamaForCausalLM", [-1, 2, 5], 8) == []
+    assert SGLANG.known_defects("0.5.17", "LlamaForCausalLM", [0, 2, 5], 8) == []
+    # a class that inherits its forward is observed for itself: Qwen3 aliases like Qwen2 did
+    (qwen3,) = SGLANG.known_defects("0.5.19", "Qwen3ForCausalLM", [-1, 2, 5], 8)
+    assert qwen3.symptom == "values"
+    # and what it has not seen it says so, instead of calling it healthy
+    assert "no observation of a MistralForCausalLM" in str(
+        SGLANG.defects_coverage("0.5.23", "MistralForCausalLM")
+    )
+
+
+def test_the_docs_show_the_table_as_observed() -> None:
+    doc = (ROOT / "docs" / "sglang-releases.md").read_text()
+    block = doc.split("<!-- observed-defects:start -->\n", 1)[1].split("<!-- observed-defects:end -->", 1)[0]
+    assert block == defects.markdown(), (
+        "docs/sglang-releases.md is stale: paste defects.markdown() between the markers"
+    )
