@@ -57,10 +57,18 @@ def _run(tree: Path, shim: Path | None, name: str) -> dict[str, float]:
     if out.returncode != 0:
         raise SystemExit(f"bench_{name} failed in {tree}:\n{out.stderr[-2000:]}")
     line = next(x for x in out.stdout.splitlines() if x.startswith("@@AB@@"))
-    got: dict[str, float] = {
-        k: float(v) for k, v in json.loads(line[6:]).items() if isinstance(v, (int, float))
-    }
-    return got
+    return _numbers(json.loads(line[6:]))
+
+
+def _numbers(d: object, prefix: str = "") -> dict[str, float]:
+    """The numeric leaves of a benchmark's result, nested keys joined with dots."""
+    out: dict[str, float] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_numbers(v, f"{prefix}{k}."))
+    elif isinstance(d, (int, float)) and not isinstance(d, bool):
+        out[prefix[:-1]] = float(d)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, tuple[float, float]]]:

@@ -37,6 +37,9 @@ runs ``torch.compile`` helpers eagerly):
   kernel) and fla ``layernorm_gated._layer_norm_fwd`` (its gated norm; a fresh tensor or ``out``).
   Their numbers differ from a GPU's, but references and slots come from the same run, and none of
   them can change what a capture slot aliases.
+- **CPU handles for CUDA-only objects**: where a release creates a named CUDA stream whatever the
+  device (``runtime_context.get_stream`` before 0.5.23; LongCat-Flash asks for one while it is
+  built), a CPU stream, as 0.5.23 creates for ``--device cpu`` (``_install_cpu_streams``).
 """
 
 from __future__ import annotations
@@ -231,7 +234,44 @@ def install() -> list[str]:
                 bound.append(f"{modname}.{name}")
     bound += _install_moe()
     bound += _install_triton_launchers()
+    bound += _install_cpu_streams()
     return bound
+
+
+def _install_cpu_streams() -> list[str]:
+    """SGLang's named process streams (``runtime_context.get_stream``): 0.5.17-0.5.22 create a CUDA
+    stream whatever the device, a GPU-only call some models make while they are built (LongCat-Flash's
+    ``get_stream("alt")``); 0.5.23 creates the device's own stream. Where the CUDA stream cannot be
+    made (no GPU), the stream is a CPU stream, as 0.5.23 makes for ``--device cpu``: a handle the
+    model keeps. A model that then launches work on it through ``torch.cuda`` still fails here, as
+    a CUDA-only call (not observable)."""
+    try:
+        rc = importlib.import_module("sglang.srt.runtime_context")
+    except ImportError:
+        return []
+    ctx = getattr(rc, "_CONTEXT", None)
+    if ctx is None:
+        return []
+    cls: Any = type(ctx)
+    original = getattr(cls, "get_stream", None)
+    if original is None or getattr(original, "_cpu_stream_fallback", False):
+        return []
+
+    @functools.wraps(original)
+    def get_stream(self: Any, name: str) -> Any:
+        try:
+            return original(self, name)
+        except (RuntimeError, AssertionError, AttributeError):
+            if torch.cuda.is_available():
+                raise
+            CALLS["cpu_stream"] += 1
+            stream = torch.cpu.Stream()
+            self.resources.streams[name] = stream
+            return stream
+
+    get_stream._cpu_stream_fallback = True  # type: ignore[attr-defined]
+    cls.get_stream = get_stream
+    return [f"{rc.__name__}.{cls.__name__}.get_stream"]
 
 
 # -- MoE ---------------------------------------------------------------------------------------------
@@ -634,7 +674,8 @@ class StandInAttentionBackend:
         CALLS["stand_in_attention" + ("_with_sinks" if kwargs.get("sinks") is not None else "")] += 1
         hq, hk = int(layer.tp_q_head_num), int(layer.tp_k_head_num)
         dqk, dv = int(layer.qk_head_dim), int(layer.v_head_dim)
-        n = q.shape[0]
+        # tokens: a [1, T, H, D] query (0.5.17's Gemma 3) is flattened, as the real backends do
+        n = q.numel() // (hq * dqk)
         qh = q.reshape(n, hq, dqk).transpose(0, 1).float()
         kh = k.reshape(n, hk, dqk).transpose(0, 1).float()
         vh = v.reshape(n, -1, dv).transpose(0, 1).float()

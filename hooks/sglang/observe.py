@@ -112,6 +112,16 @@ ARCHITECTURES: dict[str, str | None] = {
     "Gemma4ForConditionalGeneration": None,
     "KimiK25ForConditionalGeneration": None,
     "Qwen3_5MoeForConditionalGeneration": None,
+    # SpecForge's other targets (its configs/), none with a published target config on disk: transformers'
+    # class defaults with each named checkpoint's shape where SGLang reads it (``PUBLISHED_OVERRIDES``);
+    # where transformers 5.12.1 has no class, a config written by hand (``HAND_WRITTEN``).
+    "Phi3ForCausalLM": "Phi3Config",  # microsoft/phi-4
+    "Gemma3ForCausalLM": "Gemma3TextConfig",  # google/gemma-3-1b-it (model_type gemma3_text)
+    "DeepseekV2ForCausalLM": "DeepseekV2Config",  # deepseek-ai/DeepSeek-V2-Lite
+    "Qwen2_5_VLForConditionalGeneration": "Qwen2_5_VLConfig",  # Qwen/Qwen2.5-VL-7B-Instruct
+    "LongcatFlashForCausalLM": "LongcatFlashConfig",  # meituan-longcat/LongCat-Flash-Chat
+    "BailingMoeV2ForCausalLM": None,  # inclusionAI/Ling-flash-2.0: HAND_WRITTEN
+    "Step3p5ForCausalLM": None,  # stepfun-ai/Step-3.5-Flash: HAND_WRITTEN
 }
 
 # the published target/draft configs checked in beside the sources (absent from an installed wheel)
@@ -151,35 +161,220 @@ PUBLISHED_OVERRIDES: dict[str, dict[str, Any]] = {
     },
     # keys transformers 5 dropped from its class that SGLang's Qwen3-Next reads
     "Qwen3NextForCausalLM": {"full_attention_interval": 4},
+    # phi-4 is GQA (40 query heads, 10 KV heads); the class's defaults (Phi-3-mini) are MHA
+    "Phi3ForCausalLM": {"num_attention_heads": 40, "num_key_value_heads": 10},
+    # gemma-3-1b-it: one KV head (MQA) for its 4 query heads; the defaults (the 4B's text model) have 4 of 8
+    "Gemma3ForCausalLM": {"num_attention_heads": 4, "num_key_value_heads": 1},
+    # DeepSeek-V2-Lite: no q LoRA (q projected directly), 6 of 64 experts, one dense first layer, greedy
+    # softmax routing over one group; the keys transformers 5 dropped (moe_layer_freq, scoring_func,
+    # ep_size) and its YaRN rope scaling, as DeepSeek-V3's (the defaults leave num_experts_per_tok,
+    # n_group, topk_group None: SGLang's router cannot be built from them)
+    "DeepseekV2ForCausalLM": {
+        "q_lora_rank": None,
+        "num_experts_per_tok": 6,
+        "n_group": 1,
+        "topk_group": 1,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "topk_method": "greedy",
+        "scoring_func": "softmax",
+        "ep_size": 1,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 40.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale": 0.707,
+            "mscale_all_dim": 0.707,
+            "original_max_position_embeddings": 4096,
+        },
+    },
+    # Qwen2.5-VL-7B's text model (the defaults are the 72B's) and its multimodal rope sections, which
+    # SGLang's Qwen2.5-VL reads (``"mrope_section" in config.rope_scaling``); merged into text_config
+    "Qwen2_5_VLForConditionalGeneration": {
+        "text_config": {
+            "hidden_size": 3584,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
+        },
+    },
 }
+
+# Targets with no config class in transformers 5.12.1 (the 0.5.17-0.5.20 overlays') and none in SGLang
+# that builds a servable target from its defaults: their config.json written by hand from the family's
+# published shape (field names as the checkpoints spell them), so that every release observes the
+# same config. Values SGLang does not read, or that the shrink replaces, are the published sizes.
+# - Ling-flash-2.0 (BailingMoeV2ForCausalLM): its checkpoint ships its config class as remote code
+#   (model_type ``bailing_moe``, ``configuration_bailing_moe_v2.py``), which no transformers and
+#   no SGLang 0.5.17-0.5.20 has (0.5.21+ carries a ``bailing_moe_v2`` class for Ming, not this type);
+#   ``REMOTE_CODE_CONFIGS`` registers a plain config class for the type instead, so the fields below
+#   are what SGLang reads. From the Ling 2.0 family's published config (as SGLang's own Ling-mini-2.0
+#   test shrinks it): 32 layers of 4096, 32 heads / 4 KV of 128, half-rotary, QK norm, 256 experts of
+#   1024 (8 routed by sigmoid over 8 groups, top 4 groups, expert bias) + 1 shared, first layer dense.
+# - Step-3.5-Flash (Step3p5ForCausalLM): SGLang's ``Step3p5Config`` defaults leave ``layer_types``,
+#   the per-layer ``rope_theta`` / ``partial_rotary_factors`` / ``swiglu_limits`` lists and the
+#   router switches unset (its model class indexes them: a crash that would be ours). From the
+#   published shape: 45 layers of 4096 (+3 MTP entries in the per-layer lists), full / 3x sliding
+#   (window 512) attention, 64 heads / 8 KV groups of 128 (96 heads on the sliding layers), a head-wise
+#   attention gate, 288 experts of 1280 (top 8, sigmoid with router bias) + a shared expert of 1280 on
+#   layers 3-44. Not published in what we could read: the SwiGLU clamp values (written 0: no clamp)
+#   and the router's scaling factor (written 1.0); neither changes what a capture slot holds.
+_STEP3P5_LAYER_TYPES = ["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"] * 12
+HAND_WRITTEN: dict[str, dict[str, Any]] = {
+    "BailingMoeV2ForCausalLM": {
+        "architectures": ["BailingMoeV2ForCausalLM"],
+        "model_type": "bailing_moe",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 9216,
+        "moe_intermediate_size": 1024,
+        "num_experts": 256,
+        "num_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "n_group": 8,
+        "topk_group": 4,
+        "first_k_dense_replace": 1,
+        "norm_topk_prob": True,
+        "moe_router_enable_expert_bias": True,
+        "routed_scaling_factor": 2.5,
+        "score_function": "sigmoid",
+        "router_dtype": "fp32",
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "partial_rotary_factor": 0.5,
+        "use_qk_norm": True,
+        "use_qkv_bias": False,
+        "use_bias": False,
+        "norm_head": False,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "embedding_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "output_dropout": 0.0,
+        "max_position_embeddings": 32768,
+        "rope_theta": 600000.0,
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 600000.0},
+        "vocab_size": 157184,
+        "tie_word_embeddings": False,
+        "num_nextn_predict_layers": 1,
+        "pad_token_id": 156892,
+        "eos_token_id": 156892,
+        "torch_dtype": "bfloat16",
+    },
+    "Step3p5ForCausalLM": {
+        "architectures": ["Step3p5ForCausalLM"],
+        "model_type": "step3p5",
+        "num_hidden_layers": 45,
+        "num_nextn_predict_layers": 3,
+        "hidden_size": 4096,
+        "intermediate_size": 11264,
+        "num_attention_heads": 64,
+        "num_attention_groups": 8,
+        "head_dim": 128,
+        "attention_other_setting": {"num_attention_heads": 96, "num_attention_groups": 8},
+        "use_head_wise_attn_gate": True,
+        "layer_types": _STEP3P5_LAYER_TYPES,
+        "sliding_window": 512,
+        "rope_theta": [5000000.0 if t == "full_attention" else 10000.0 for t in _STEP3P5_LAYER_TYPES],
+        "partial_rotary_factors": [0.5 if t == "full_attention" else 1.0 for t in _STEP3P5_LAYER_TYPES],
+        "yarn_only_types": [],
+        "rope_scaling": None,
+        "moe_layers_enum": ",".join(str(i) for i in range(3, 45)),
+        "moe_num_experts": 288,
+        "moe_top_k": 8,
+        "moe_intermediate_size": 1280,
+        "share_expert_dim": 1280,
+        "moe_router_scaling_factor": 1.0,
+        "use_moe_router_bias": True,
+        "need_fp32_gate": True,
+        "norm_expert_weight": True,
+        "swiglu_limits": [0.0] * 48,
+        "swiglu_limits_shared": [0.0] * 48,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 262144,
+        "max_seq_len": 262144,
+        "vocab_size": 128896,
+        "tie_word_embeddings": False,
+        "bos_token_id": 0,
+        "eos_token_id": [1, 2, 128007],
+        "torch_dtype": "bfloat16",
+    },
+}
+
+# model_type -> the config class its checkpoints ship as remote code: a plain ``PretrainedConfig``
+# keeping every field as written is registered for it (a real server loads the checkpoint's own
+# class with ``--trust-remote-code``; SGLang reads the same fields).
+REMOTE_CODE_CONFIGS = ("bailing_moe",)
+
+
+_WHOLE = ("rope_parameters", "rope_scaling")  # replaced whole, never merged
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> None:
+    """``over`` into ``base`` in place, dicts merged key by key (a sub-config keeps its other keys)."""
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict) and k not in _WHOLE:
+            _merge(base[k], v)
+        else:
+            base[k] = copy.deepcopy(v)
 
 
 def base_config(arch: str) -> dict[str, Any] | None:
-    """A full-size config of ``arch`` from transformers' own config class (its defaults, with the
-    published checkpoints' values where ``PUBLISHED_OVERRIDES`` says); None when ``ARCHITECTURES``
-    names no class or the installed transformers lacks it."""
+    """A full-size config of ``arch``: the one written by hand (``HAND_WRITTEN``), else from
+    transformers' own config class (its defaults, with the published checkpoints' values where
+    ``PUBLISHED_OVERRIDES`` says); None when ``ARCHITECTURES`` names no class or the installed
+    transformers lacks it."""
     import transformers
 
+    if arch in HAND_WRITTEN:
+        return copy.deepcopy(HAND_WRITTEN[arch])
     name = ARCHITECTURES[arch]
     cls = getattr(transformers, name, None) if name else None
     if cls is None:
         return None
     d: dict[str, Any] = cls().to_dict()
-    d.update(copy.deepcopy(PUBLISHED_OVERRIDES.get(arch, {})))
+    _merge(d, PUBLISHED_OVERRIDES.get(arch, {}))
     d["architectures"] = [arch]
     return d
+
+
+def _base_source(arch: str) -> str:
+    if arch in HAND_WRITTEN:
+        return "hand-written config (observe.HAND_WRITTEN)"
+    over = " + published overrides" if arch in PUBLISHED_OVERRIDES else ""
+    return f"transformers {ARCHITECTURES[arch]}() defaults{over}"
+
+
+# The published draft of a target whose own config is not on disk (by the draft file's family prefix)
+DRAFT_FAMILIES: dict[str, str] = {"Step3p5ForCausalLM": "step3.5-"}
+
+
+def _family_draft(arch: str, config_dir: str | None) -> tuple[dict[str, Any] | None, str]:
+    prefix = DRAFT_FAMILIES.get(arch)
+    if not prefix or not config_dir or not os.path.isdir(config_dir):
+        return None, ""
+    drafts = sorted(n for n in os.listdir(config_dir) if n.startswith(prefix) and n.endswith("-draft.json"))
+    if not drafts:
+        return None, ""
+    return _load(os.path.join(config_dir, drafts[0])), f" + {drafts[0]}"
 
 
 def matrix_config(arch: str, config_dir: str | None) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
     """``arch``'s target config, its draft config (or None) and where they came from: the first
     published ``*-target.json`` in ``config_dir`` (sorted by name) whose ``architectures[0]`` is
-    ``arch`` and the ``*-draft.json`` of the same family prefix; else transformers' defaults; else
-    (no such transformers class) the published configs in ``PUBLISHED_DIR``. Raises
+    ``arch`` and the ``*-draft.json`` of the same family prefix; else ``base_config`` (with the draft
+    ``DRAFT_FAMILIES`` names, where one is published); else (no such transformers class) the
+    published configs in ``PUBLISHED_DIR``. Raises
     ``NotObservable`` when none is found."""
     if not config_dir:
         base = base_config(arch)
         if base is not None:
-            return base, None, f"transformers {ARCHITECTURES[arch]}() defaults"
+            return base, None, _base_source(arch)
         config_dir = PUBLISHED_DIR if os.path.isdir(PUBLISHED_DIR) else None
     if config_dir:
         names = sorted(os.listdir(config_dir))
@@ -198,7 +393,8 @@ def matrix_config(arch: str, config_dir: str | None) -> tuple[dict[str, Any], di
         raise NotObservable(
             f"no config for {arch}: no published *-target.json and no transformers config class"
         )
-    return base, None, f"transformers {ARCHITECTURES[arch]}() defaults"
+    draft, named = _family_draft(arch, config_dir)
+    return base, draft, _base_source(arch) + named
 
 
 def default_draft_config() -> dict[str, Any]:
@@ -222,9 +418,14 @@ def default_draft_config() -> dict[str, Any]:
 
 
 _EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_TOP_K = ("num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk")
+_TOP_K = ("num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
 _TEXT_SUBCONFIGS = ("text_config", "language_config", "llm_config")
 _DROP = ("quantization_config", "auto_map", "_name_or_path", "transformers_version", "compression_config")
+
+
+# per-layer lists, shrunk together (one index mapping): attention types and Step-3.5's per-layer rope and clamps
+_PER_LAYER = ("layer_types", "no_rope_layers", "rope_theta", "partial_rotary_factors", "swiglu_limits",
+              "swiglu_limits_shared")  # fmt: skip
 
 
 def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> list[str]:
@@ -240,6 +441,7 @@ def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> l
                 notes.append("quantization_config dropped (unquantized weights)")
     heads = int(d.get("num_attention_heads") or HEADS)
     kv = int(d.get("num_key_value_heads") or heads)
+    depth = d.get("num_hidden_layers") if type(d.get("num_hidden_layers")) is int else d.get("num_layers")
     for k, size in (
         ("num_hidden_layers", n_layers),
         ("hidden_size", HIDDEN),
@@ -248,6 +450,20 @@ def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> l
     ):
         if not wrapper or k in d:
             d[k] = size
+    if type(d.get("num_layers")) is int:  # LongCat-Flash: its decoder blocks (two sublayers each)
+        d["num_layers"] = n_layers
+    if isinstance(d.get("num_attention_groups"), int):  # Step-3.5: its KV heads
+        groups = d["num_attention_groups"]
+        d["num_attention_groups"] = HEADS if groups == heads else (1 if groups == 1 else 2)
+    other = d.get("attention_other_setting")
+    if isinstance(other, dict):  # Step-3.5's sliding layers: more query heads than the full ones
+        if isinstance(other.get("num_attention_heads"), int):
+            more = other["num_attention_heads"] > heads
+            other["num_attention_heads"] = HEADS + HEADS // 2 if more else HEADS
+        if isinstance(other.get("num_attention_groups"), int):
+            other["num_attention_groups"] = 1 if other["num_attention_groups"] == 1 else 2
+        if isinstance(other.get("head_dim"), int):
+            other["head_dim"] = HEAD_DIM
     if "head_dim" in d or ("qk_rope_head_dim" not in d and not wrapper):
         d["head_dim"] = HEAD_DIM
     # Gemma 4: its full-attention layers' own head size and KV heads (kept apart from the sliding ones)
@@ -259,8 +475,9 @@ def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> l
         )
     if isinstance(d.get("swa_head_dim"), int):
         d["swa_head_dim"] = HEAD_DIM
-    if "intermediate_size" in d:
-        d["intermediate_size"] = 2 * HIDDEN
+    for k in ("intermediate_size", "ffn_hidden_size"):  # ffn_hidden_size: LongCat-Flash's dense MLPs
+        if k in d and (k == "intermediate_size" or isinstance(d[k], int)):
+            d[k] = 2 * HIDDEN
     if not wrapper or "vocab_size" in d:
         d["vocab_size"] = VOCAB
     if isinstance(d.get("vocab_size_per_layer_input"), int):  # Gemma 4's per-layer embeddings
@@ -273,9 +490,9 @@ def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> l
             d[k] = VOCAB - 1
         elif isinstance(v, list):
             d[k] = [min(int(x), VOCAB - 1) for x in v]
-    mpe = d.get("max_position_embeddings")
-    if isinstance(mpe, int):
-        d["max_position_embeddings"] = min(mpe, 4096)
+    for k in ("max_position_embeddings", "max_seq_len"):  # max_seq_len: Step-3.5's
+        if isinstance(d.get(k), int):
+            d[k] = min(d[k], 4096)
     for rope_key in ("rope_scaling", "rope_parameters"):
         rp = d.get(rope_key)
         if isinstance(rp, dict) and isinstance(rp.get("original_max_position_embeddings"), int):
@@ -298,9 +515,22 @@ def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> l
     for k in _TOP_K:  # never more experts per token than the 4 kept
         if isinstance(d.get(k), int):
             d[k] = min(d[k], 2)
-    for k in ("moe_intermediate_size", "shared_expert_intermediate_size"):
+    for k in (
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "moe_shared_expert_intermediate_size",  # Ling 2.0
+        "expert_ffn_hidden_size",  # LongCat-Flash
+        "share_expert_dim",  # Step-3.5
+    ):
         if isinstance(d.get(k), int):
             d[k] = HIDDEN // 2
+    if isinstance(d.get("zero_expert_num"), int) and d["zero_expert_num"] > 0:  # LongCat's identity experts
+        d["zero_expert_num"] = 2
+    moe_layers = d.get("moe_layers_enum")  # Step-3.5: "3,4,...": the MoE layers, as a string or a list
+    if isinstance(moe_layers, (str, list, tuple)):
+        kept = [int(x) for x in (moe_layers.split(",") if isinstance(moe_layers, str) else moe_layers)]
+        kept = [i for i in kept if i < n_layers]
+        d["moe_layers_enum"] = ",".join(map(str, kept)) if isinstance(moe_layers, str) else kept
     if isinstance(d.get("n_shared_experts"), int) and d["n_shared_experts"] > 1:
         d["n_shared_experts"] = 1
     for k in ("n_group", "topk_group"):
@@ -320,6 +550,8 @@ def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> l
             d["q_lora_rank"] = 32
         if "head_dim" in d:
             d["head_dim"] = 8
+        if isinstance(d.get("qk_head_dim"), int):  # transformers 5.19's DeepSeek-V2 / LongCat: nope + rope
+            d["qk_head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
     # sliding windows / chunked attention: small enough to matter on a 7-token prompt
     if isinstance(d.get("sliding_window"), int):
         d["sliding_window"] = 4
@@ -327,10 +559,18 @@ def _shrink_common(d: dict[str, Any], n_layers: int, wrapper: bool = False) -> l
         d["attention_chunk_size"] = 4
     if isinstance(d.get("max_window_layers"), int):
         d["max_window_layers"] = min(d["max_window_layers"], n_layers)
-    for k in ("layer_types", "no_rope_layers"):
-        if isinstance(d.get(k), list) and d[k]:
-            # the pattern from the start, ending as the original ends (Gemma 4 forces a full-attention last layer)
-            d[k] = (d[k] * n_layers)[: n_layers - 1] + [d[k][-1]]
+    mtp = d.get("num_nextn_predict_layers")
+    mtp = mtp if isinstance(mtp, int) and mtp > 0 else 0
+    for k in _PER_LAYER:
+        v = d.get(k)
+        if not isinstance(v, list) or not v:
+            continue
+        # lists with one entry per layer and then one per MTP layer (Step-3.5): the layers' part shrunk, the
+        # MTP entries kept after it
+        tail = v[depth:] if isinstance(depth, int) and mtp and len(v) == depth + mtp else []
+        main = v[: len(v) - len(tail)]
+        # the pattern from the start, ending as the original ends (Gemma 4 forces a full-attention last layer)
+        d[k] = (main * n_layers)[: n_layers - 1] + [main[-1]] + tail
     # linear attention (Qwen3-Next)
     for k, v in (
         ("linear_num_value_heads", 4),
@@ -517,8 +757,22 @@ def _prepare_process(quiet: bool) -> str:
 
     cpu_kernels.install()
     cpu_standins.init_process_group()
+    _register_remote_code_configs()
     _READY["version"] = sglang.__version__
     return str(sglang.__version__)
+
+
+def _register_remote_code_configs() -> None:
+    """A plain config class for each ``REMOTE_CODE_CONFIGS`` type transformers does not know (the
+    checkpoint's own class is remote code, absent here): every field kept as written."""
+    from transformers import AutoConfig, PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for model_type in REMOTE_CODE_CONFIGS:
+        if model_type in CONFIG_MAPPING:
+            continue
+        cls = type(f"RemoteCodeConfig_{model_type}", (PretrainedConfig,), {"model_type": model_type})
+        AutoConfig.register(model_type, cls)
 
 
 def _launcher_argv(tdir: str, ddir: str) -> list[str]:
@@ -654,6 +908,14 @@ def _set_capture(model: Any, aux_cfg: Any) -> None:
     configure_aux_hidden_state_capture(**{k: v for k, v in values.items() if k in params})
 
 
+# what a decoder stack calls its token embedding (``word_embeddings``: Ling / Bailing)
+_EMBEDDINGS = ("embed_tokens", "word_embeddings")
+
+
+def _embedding(inner: Any) -> Any:
+    return next(getattr(inner, name) for name in _EMBEDDINGS if hasattr(inner, name))
+
+
 def _inner_model(model: Any) -> Any:
     """The decoder stack holding the capture loop (``model.model``; Llama 4: its language model's)."""
     for path in ("model", "language_model.model", "language_model", "model.language_model"):
@@ -662,9 +924,9 @@ def _inner_model(model: Any) -> Any:
             obj = getattr(obj, part, None)
             if obj is None:
                 break
-        if obj is not None and hasattr(obj, "layers") and hasattr(obj, "embed_tokens"):
+        if obj is not None and hasattr(obj, "layers") and any(hasattr(obj, name) for name in _EMBEDDINGS):
             return obj
-    raise AttributeError(f"{type(model).__name__}: no decoder stack with layers and embed_tokens")
+    raise AttributeError(f"{type(model).__name__}: no decoder stack with layers and a token embedding")
 
 
 def _flagged(inner: Any) -> list[int] | None:
@@ -870,7 +1132,7 @@ def _install_hooks(inner: Any, obs: _Observation) -> list[Any]:
         if isinstance(output, torch.Tensor):
             obs.refs[-1] = output.detach().clone()
 
-    handles.append(inner.embed_tokens.register_forward_hook(on_embed))
+    handles.append(_embedding(inner).register_forward_hook(on_embed))
     for k, layer in enumerate(inner.layers):
 
         def pre(_m: Any, _args: Any, _kw: Any, k: int = k) -> None:

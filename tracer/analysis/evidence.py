@@ -143,6 +143,9 @@ class SourceEvidence:
         self._last_step = view
 
 
+_NO_ROWS = np.zeros(1, np.int64)  # a step event of batch 0: one event, no request-steps
+
+
 class EvidenceBook:
     """Per-source evidence of many sources. Not thread-safe by itself: the caller serialises."""
 
@@ -198,7 +201,7 @@ class EvidenceBook:
                     if accepted.size == 0:
                         st._stepped(ev)
                         if self.track_requests:
-                            st.requests.push(now, (ev,), 0)
+                            st.requests.push(now, (ev,), accepted, _NO_ROWS)
                         used += 1
                     else:  # counted with its group below
                         g = groups.get((ev.src, n))
@@ -272,7 +275,7 @@ class EvidenceBook:
         if check_values(n, cat, sizes, tokens):
             st.acceptance.add_many(cat, n, now, len(items), depth)
             if self.track_requests:
-                st.requests.push(now, [ev for ev, _, _ in items], int(cat.size))
+                st.requests.push(now, [ev for ev, _, _ in items], cat, sizes)
             st.steps += len(items)
             st.last_step_event, st._last_step = items[-1][0], None
             return len(items)
@@ -285,7 +288,7 @@ class EvidenceBook:
                 continue
             st.acceptance.add(sv.accepted, sv.n, now, tree_depth(ev.body, sv.n))
             if self.track_requests:
-                st.requests.push(now, (ev,), sv.batch)
+                st.requests.push(now, (ev,), sv.accepted, np.array([sv.batch]))
             st._stepped(ev, sv)
             used += 1
         return used

@@ -95,10 +95,12 @@ class RequestTracker:
     ) -> None:
         self.max_requests = max_requests
         self.internal_prefixes = tuple(internal_prefixes)
-        # (receive time, rids, accepted) per parked event: only what the fold reads, so a parked
-        # event's draft and token bins are freed at once (holding whole events until the fold kept
-        # every decoded frame alive and cost ingest ~40%: its memory was never reused warm).
-        self._backlog: list[tuple[float, list[Any], bytes]] = []
+        # (receive time, each event's rids, the group's accepted column, each event's size) per parked
+        # group of step events: only what the fold reads, taken as the book already has it, so the
+        # ingest path does one list element per event and a parked event's draft and token bins are
+        # freed at once (holding whole events until the fold kept every decoded frame alive and cost
+        # ingest ~40%: its memory was never reused warm).
+        self._backlog: list[tuple[float, list[list[Any]], np.ndarray, np.ndarray]] = []
         self._backlog_rows = 0
         self._parked: _SharedRefs = _SharedRefs(maxlen=recent)  # the whole events 'recent' will get
         self.recent: _SharedRefs = _SharedRefs(maxlen=recent)  # (receive time, step event)
@@ -115,17 +117,17 @@ class RequestTracker:
 
     # -- ingest side: O(1) per event -------------------------------------------------------------
 
-    def push(self, now: float, events: Iterable[Event], rows: int) -> None:
-        """Park step events received at ``now`` (``rows`` request-steps in all) until the next fold."""
+    def push(self, now: float, events: Sequence[Event], accepted: np.ndarray, sizes: np.ndarray) -> None:
+        """Park step events received at ``now`` until the next fold: their accepted columns
+        concatenated (``accepted``, request after request) and each one's batch (``sizes``)."""
+        rows = int(accepted.size)
         if self._backlog_rows + rows > MAX_BACKLOG_ROWS:
             self.overflowed += rows
             return
         self._backlog_rows += rows
-        backlog, parked = self._backlog, self._parked
-        for ev in events:
-            b = ev.body
-            backlog.append((now, b["rids"], b["accepted"]))
-            parked.append((now, ev))
+        self._backlog.append((now, [ev.body["rids"] for ev in events], accepted, sizes))
+        maxlen = self._parked.maxlen or 0
+        self._parked.extend((now, ev) for ev in events[-maxlen:])
 
     # -- fold: a few times a second --------------------------------------------------------------
 
@@ -137,28 +139,28 @@ class RequestTracker:
         if self.since is None:
             self.since = backlog[0][0]
         rids: list[Any] = []
-        accepted: list[bytes] = []
-        times: list[float] = []
-        ordinals: list[int] = []
-        sizes: list[int] = []
+        accepted: list[np.ndarray] = []
+        t_all_parts: list[np.ndarray] = []
+        ev_all_parts: list[np.ndarray] = []
         self.recent.extend(self._parked)  # the last ``recent`` of the parked events, in order
         self._parked.clear()
-        for now, r, acc in backlog:  # per event only list appends: the arrays are made once below
-            self.events += 1
-            if not r:
+        folded = sum(len(g[1]) for g in backlog)
+        for now, rid_lists, acc, sizes in backlog:  # per group: the arrays are joined once below
+            first = self.events + 1
+            self.events += len(rid_lists)
+            if not acc.size:
                 continue
-            rids.extend(r)
-            accepted.append(acc)  # batch int32 values: the schema checked the lengths
-            times.append(now)
-            ordinals.append(self.events)
-            sizes.append(len(r))
+            for r in rid_lists:
+                rids.extend(r)
+            accepted.append(acc)
+            t_all_parts.append(np.full(acc.size, now))
+            ev_all_parts.append(np.repeat(np.arange(first, self.events + 1, dtype=np.int64), sizes))
         if not rids:
-            return len(backlog)
-        counts = np.asarray(sizes)
-        t_all = np.repeat(np.asarray(times), counts)
+            return folded
+        t_all = np.concatenate(t_all_parts)
         idx = self._indices(rids, t_all)
-        acc_all = np.frombuffer(b"".join(accepted), dtype=TOKEN_DTYPE).astype(np.int64)
-        ev_all = np.repeat(np.asarray(ordinals, dtype=np.int64), counts)
+        acc_all = np.concatenate(accepted).astype(np.int64)
+        ev_all = np.concatenate(ev_all_parts)
         lens = acc_all + BONUS
         c = self._cols
         size = c.shape[1]
@@ -178,7 +180,7 @@ class RequestTracker:
                 hist.extend((lens[idx == j]).tolist())
         if len(self._rids) > self.max_requests:
             self._forget()
-        return len(backlog)
+        return folded
 
     def _indices(self, rids: list[Any], times: np.ndarray) -> np.ndarray:
         try:

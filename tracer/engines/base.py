@@ -184,19 +184,27 @@ def outcome_of(obs: Mapping[str, Any], expected: list[int] | None) -> Outcome:
         return Outcome("rules", f"{len(holds)} slots produced, the capture rules predict {len(expected)}")
     wrong = [(i, e, h) for i, (e, h) in enumerate(zip(expected, holds, strict=True)) if e != h]
     if wrong:
-        groups: dict[int | None, list[tuple[int, int]]] = {}
+        # written in place after capture (the aliasing defect), or another tensor taken from the start
+        moved = {
+            i
+            for i, s in enumerate(slots)
+            if isinstance(s, Mapping) and s.get("shares_storage_with_later_modified")
+        }
+        groups: dict[tuple[int | None, bool], list[tuple[int, int]]] = {}
         for i, e, h in wrong:
-            groups.setdefault(h, []).append((i, e))
+            groups.setdefault((h, i in moved), []).append((i, e))
         parts = [
             f"slot{'s' if len(g) > 1 else ''} {', '.join(str(i) for i, _ in g)} (captured at canonical "
-            f"{', '.join(str(e) for _, e in g)}) hold{'' if len(g) > 1 else 's'} {_layer(h, n)} values"
-            for h, g in groups.items()
+            f"{', '.join(str(e) for _, e in g)}) hold{'' if len(g) > 1 else 's'} {_layer(h, n)} values by the "
+            "end of the forward: "
+            + (
+                "the captured tensor is changed in place after capture"
+                if later
+                else "another tensor than that layer's output stream is captured"
+            )
+            for (h, later), g in groups.items()
         ]
-        return Outcome(
-            "values",
-            "; ".join(parts)
-            + " by the end of the forward: the captured tensor is changed in place after capture",
-        )
+        return Outcome("values", "; ".join(parts))
     return Outcome("clean")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -84,13 +85,19 @@ class StepView:
     batch: int
     n: int  # verify width per request, root included (SGLang's num_draft_tokens)
     topk: int
-    rids: list[str]
+    raw_rids: list[Any]  # as on the wire: ``rids`` is the checked copy, made when first read
     draft: np.ndarray  # [batch, n] int32; column 0 is the root (last committed token)
     parents: np.ndarray | None  # [batch, n] int32 parent index in the block, -1 for the root; None = chain
     accepted: np.ndarray  # [batch] int32, accepted draft tokens (bonus not counted)
     tokens: np.ndarray  # [sum(accepted + 1)] int32 committed tokens, request after request
     dt: float  # seconds the verify step took on the engine's clock
     discarded: int = 0  # rows of this verify the engine threw away and the tracer left out
+
+    @cached_property
+    def rids(self) -> list[str]:
+        """The request ids, each a printable string of at most 128 characters: checked when a view
+        reads them, not when the step is viewed (a fleet's steps are viewed by the thousand)."""
+        return _rids(self.raw_rids)
 
     @property
     def accept_lengths(self) -> np.ndarray:
@@ -209,7 +216,7 @@ def step_view(ev: Event) -> StepView:
         batch=batch,
         n=n,
         topk=b.get("topk", 1),
-        rids=_rids(b["rids"]),
+        raw_rids=b["rids"],
         draft=np.frombuffer(b["draft"], dtype=TOKEN_DTYPE).reshape(batch, n),
         parents=None if parents is None else np.frombuffer(parents, dtype=TOKEN_DTYPE).reshape(batch, n),
         accepted=acc,

@@ -57,10 +57,19 @@ def outcome(obs: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -
     """What one observation says, against SGLang's capture rules for its architecture. ``baseline``:
     the same architecture's ``distinct`` case on the same release; when even that crashes, the tiny
     copy does not run here and no case of it says anything about capture ("unobserved")."""
-    if baseline is not None and baseline is not obs:
-        base = outcome(baseline)
+    if baseline is not None:
+        base = outcome(baseline) if baseline is not obs else None
+        if base is None:  # the baseline itself: a crash there is not about any capture case
+            own = _outcome(obs)
+            if own.kind == "crash":
+                return Outcome("unobserved", f"the tiny copy does not start here ({own.detail})")
+            return own
         if base.kind in ("crash", "unobserved"):
             return Outcome("unobserved", f"the baseline case does not run here either ({base.detail})")
+    return _outcome(obs)
+
+
+def _outcome(obs: Mapping[str, Any]) -> Outcome:
     native = obs.get("native")
     n = int(obs.get("num_layers") or NUM_LAYERS)
     family = capture.family_of(arch=obs.get("architecture"))
@@ -199,5 +208,16 @@ def markdown() -> str:
         what = d.effect.split(", ", 1)[1] if ", " in d.effect else d.effect
         lines.append(f"| {d.architecture} | {CASE_WORDS[d.case]} | {d.releases} | {fixed} | {what} |")
     archs = sorted({a for (_, a) in _index()})
-    lines += ["", "Observed, with no defect outside the rows above: " + ", ".join(archs) + "."]
+    blind: dict[str, list[str]] = {}
+    for arch in archs:
+        for rel in RELEASES:
+            why = coverage(rel, arch)
+            if why is not None:
+                blind.setdefault(arch, []).append(rel)
+    seen = [a for a in archs if len(blind.get(a, ())) < len(RELEASES)]
+    lines += ["", "Observed, with no defect outside the rows above: " + ", ".join(seen) + "."]
+    for arch, rels in sorted(blind.items()):
+        why = coverage(rels[-1], arch) or ""
+        span = rels[0] if len(rels) == 1 else f"{rels[0]}–{rels[-1]}"
+        lines.append(f"Not observable here on {span}, so never judged healthy there: {arch}: {why}.")
     return "\n".join(lines) + "\n"
