@@ -68,7 +68,7 @@ test-sglang-versions: $(foreach v,$(SGLANG_BETWEEN),$(VENV)/.installed-sglang-$(
 	done
 
 # Maintainers: the release defect table (tracer/engines/sglang/observed.json), observed by running every
-# supported release's own model classes on this CPU (hooks/sglang/observe.py); ~30 s a release.
+# supported release's own model classes on this CPU (hooks/sglang/observe/); ~30 s a release.
 sglang-matrix: $(VENV)/.installed-sglang $(foreach v,$(SGLANG_OLDEST) $(SGLANG_BETWEEN),$(VENV)/.installed-sglang-$(v))
 	$(BIN)/python -m eagle3_top.hooks.sglang.matrix --config-dir tests/data/published \
 	  $(foreach v,$(SGLANG_OLDEST) $(SGLANG_BETWEEN),--release $(v)=$(VENV)/sglang-$(v)) --release $(SGLANG)=

@@ -95,3 +95,104 @@ def test_the_docs_show_the_table_as_observed() -> None:
     assert block == defects.markdown(), (
         "docs/sglang-releases.md is stale: paste defects.markdown() between the markers"
     )
+
+
+ENGINE_PACKAGE = '''
+"""A second engine, written as a new one would be: a folder and nothing of SGLang's package. It reads
+the top-level ids first, then eagle_config's; id k captures the input of layer k (0 = the embedding
+output, no +1); default (2, n//2, n-3); sorted and de-duplicated."""
+from eagle3_top.tracer.engines.base import Capture, IdsAsRead, Outcome, SpecArgs, declared_ids, outcome_of
+
+
+class Other:
+    name = "other"
+    title = "OtherServe"
+    supported = ((1, 0), (1, 9))
+    ids_key = "eagle_aux_hidden_state_layer_ids"
+    observer = None
+
+    def read_ids(self, cfg):
+        declared, where = declared_ids(cfg)
+        top = cfg.get("eagle_aux_hidden_state_layer_ids")
+        ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+        ids = top if isinstance(top, list) else ec.get("eagle_aux_hidden_state_layer_ids")
+        return IdsAsRead(ids=list(ids) if isinstance(ids, list) else None, use_aux=True, declared=declared, declared_at=where)
+
+    def family(self, arch, model=None):
+        return "any"
+
+    def convention(self, family):
+        return "otherserve: native = id (input of layer id), canonical = id - 1, sorted, once"
+
+    def default_native(self, family, num_layers):
+        return [2, num_layers // 2, num_layers - 3]
+
+    def native_from_ids(self, family, ids, num_layers):
+        return self.default_native(family, num_layers) if ids is None else sorted(set(int(i) for i in ids))
+
+    def capture(self, family, native, num_layers):
+        got = sorted({int(i) for i in native if 0 <= int(i) < num_layers})
+        return Capture(got, [i - 1 for i in got])
+
+    def resolve_flags(self, requested, arch):
+        steps = requested.num_steps or 3
+        return SpecArgs(requested.algorithm, steps, 1, steps + 1), []
+
+    def known_defects(self, version, arch, ids, num_layers):
+        return []
+
+    def defects_coverage(self, version, arch):
+        return None
+
+    def observed_outcome(self, row, baseline=None):
+        return outcome_of(row, None)
+
+
+ENGINE = Other()
+'''
+
+
+def test_a_new_engine_is_a_folder_and_one_registration(tmp_path, monkeypatch) -> None:
+    """The findings, their fix sentences and preflight ask the engine the hello names: a draft trained
+    in SpecForge's convention ([0, 2, 5]) served by an engine that does not add 1 lands one block early,
+    and the fix names the ids that engine needs, checked by its own rules."""
+    import json
+    import sys
+
+    from eagle3_top.tracer.analysis.diagnose import diagnose
+    from eagle3_top.tracer.analysis.evidence import EvidenceBook
+    from eagle3_top.tracer.analysis.manifest import Manifest
+    from eagle3_top.tracer.analysis.preflight import predict
+    from eagle3_top.tracer.engines.base import SpecArgs
+    from eagle3_top.tracer.schema import HELLO, Event
+
+    pkg = tmp_path / "otherserve_rules"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(ENGINE_PACKAGE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(engines.REGISTRY, "other", "otherserve_rules")  # the one registration
+    other = engines.engine("other")
+    assert isinstance(other, Engine)
+
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    for d, cfg in (
+        (target, {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 8, "hidden_size": 64}),
+        (draft, {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64,
+                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 5]}}),
+    ):  # fmt: skip
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(cfg))
+    p = predict(str(target), str(draft), SpecArgs("EAGLE3", 3, 1, None), "1.2", engine_name="other")
+    assert p.hello.engine == "other" and p.hello.aux is not None
+    assert p.hello.aux.capture_canonical == [-1, 1, 4]  # one block early: this engine adds no 1
+    manifest = Manifest.from_json(
+        {"eagle3_top_manifest": 1, "aux": {"layer_ids": [0, 2, 5], "concat_order": [0, 2, 5], "slots": 3,
+         "slot_width": 64}, "reference": {"fingerprint": {"rms": [1.0] * 3, "mean": [0.0] * 3}}},
+        "m.json",
+    )  # fmt: skip
+    book = EvidenceBook(manifest=manifest)
+    book.ingest([Event(HELLO, "x:1:r0", 0, 0.0, p.hello.to_body())], 0.0)
+    (f,) = diagnose(book.sources["x:1:r0"], manifest)
+    assert f.code == "LAYER_MAP_MISMATCH" and "served layers [-1, 1, 4]" in f.message
+    assert f.fix.endswith("put eagle_aux_hidden_state_layer_ids = [1, 3, 6] in the draft's config.json")
+    assert "otherserve_rules" in sys.modules and "OtherServe" not in str(SGLANG.title)

@@ -37,6 +37,10 @@ def test_wheel_contents(tmp_path) -> None:
         "eagle3_top/tracer/reader/recording/reader.py",
         "eagle3_top/tui/app.tcss",
         "eagle3_top/hooks/sglang/plugin.py",
+        "eagle3_top/hooks/sglang/observe/__main__.py",  # preflight runs it by its module name
+        "eagle3_top/tracer/engines/sglang/observed.json",  # the defect table preflight and check read
+        "eagle3_top/tracer/engines/toy/__init__.py",
+        "eagle3_top/tracer/export/feed.py",
         "eagle3_top/hooks/toy/weights/target/model.pt",
         "eagle3_top/hooks/toy/weights/target/tokenizer.json",
         "eagle3_top/hooks/toy/weights/draft/config.json",

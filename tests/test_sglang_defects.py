@@ -1,6 +1,6 @@
 """The release defect table (tracer/engines/sglang/observed.json) held against the installed SGLang's
 own code: every architecture with a published EAGLE-3 draft, every capture case, rerun here on the
-CPU (hooks/sglang/observe.py: the release's id reading, model registry, ``set_eagle3_layers_to_capture``
+CPU (hooks/sglang/observe/: the release's id reading, model registry, ``set_eagle3_layers_to_capture``
 and decoder forward loop, its norms on their CUDA path). A release that no longer behaves as recorded
 fails this test, naming the architecture, the case and what changed; then ``make sglang-matrix``
 records the new behaviour. ``make test`` runs this file against SGLang 0.5.23 and 0.5.17, ``make

@@ -6,7 +6,7 @@ module for each of them: every attribute looked up returns the same stand-in cla
 subscriptable, usable as a base class or decorator), except ``triton.runtime.driver.active``, which
 raises so SGLang decides there is no Triton device and falls back to CPU. Nothing of those packages
 runs; a caller that needs a kernel's behaviour sets a real function on the stand-in module
-(``cpu_kernels.install``). torchaudio / torchcodec are left alone.
+(``cpu_emulation.install``). torchaudio / torchcodec are left alone.
 
 Used by ``python -m eagle3_top.hooks.sglang.observe`` and by the sglang tests (``tests/sglang_cpu.py``,
 inside child interpreters). Install it only in a process that is to run SGLang on CPU: the stand-ins

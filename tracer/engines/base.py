@@ -160,7 +160,7 @@ def _layer(c: int | None, num_layers: int) -> str:
 
 
 def outcome_of(obs: Mapping[str, Any], expected: list[int] | None) -> Outcome:
-    """What one observation of an engine's own classes says (``hooks/<engine>/observe.py`` rows): a
+    """What one observation of an engine's own classes says (``hooks/<engine>/observe`` rows): a
     crash, a slot holding other values than the layer it was captured at, or clean. ``expected``:
     the canonical slots the engine's capture rules give for the observed capture list."""
     for stage, key in (("at start-up", "setup_error"), ("at the first forward", "forward_error")):
