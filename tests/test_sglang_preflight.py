@@ -224,3 +224,41 @@ def test_preflight_on_published_pairs_agrees_with_what_the_release_does(tmp_path
             assert defects == [], row["pair"]
         else:  # ... or the release fails on it, and the table says so before it is run
             assert outcome.kind in {d.symptom for d in defects}, (row["pair"], outcome)
+
+
+MISTRAL = {  # Mistral-7B-v0.3's shape; SGLang's MistralForCausalLM subclasses its Llama class
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    "vocab_size": 32768, "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "sliding_window": None, "head_dim": 128, "hidden_act": "silu", "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def test_a_target_the_table_has_not_seen_is_run_not_passed(tmp_path: Any) -> None:
+    """A class that inherits a defective forward from another is exactly what a table keyed by class
+    name misses. From the table alone preflight says it has not seen the architecture (info, never a
+    clean bill); with the release installed it runs the class and names what it does."""
+    t, d = tmp_path / "mistral", tmp_path / "draft"
+    t.mkdir()
+    d.mkdir()
+    (t / "config.json").write_text(json.dumps(MISTRAL))
+    draft = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
+             "intermediate_size": 14336, "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "vocab_size": 32768, "draft_vocab_size": 32000, "max_position_embeddings": 32768, "rms_norm_eps": 1e-05,
+             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 15, 28]}}  # fmt: skip
+    (d / "config.json").write_text(json.dumps(draft))
+    argv = [sys.executable, "-m", "eagle3_top.tui.cli", "preflight", "--json", "--model-path", str(t),
+            "--speculative-draft-model-path", str(d), "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]  # fmt: skip
+    r = subprocess.run([*argv, "--from-table"], capture_output=True, text=True, timeout=60)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and [f["code"] for f in out["findings"]] == ["ENGINE_DEFECTS_UNKNOWN"]
+    assert out["findings"][0]["severity"] == "info"
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    out = json.loads(r.stdout)
+    assert out["observed"] is not None, (out["notes"], r.stderr[-2000:])
+    if tuple(int(p) for p in VERSION.split(".")[:3]) < (0, 5, 22):  # Llama's embedding-slot crash
+        assert r.returncode == 1 and out["observed"]["outcome"] == "crash"
+        (f,) = out["findings"]
+        assert f["code"] == "ENGINE_KNOWN_DEFECT" and "'Tensor' and 'NoneType'" in f["message"]
+    else:
+        assert r.returncode == 0 and out["observed"]["outcome"] == "clean" and out["findings"] == []

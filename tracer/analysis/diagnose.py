@@ -272,7 +272,13 @@ def describe_defect(d: KnownDefect, hello: Hello) -> str:
     """One line: what this release does, and which releases do it."""
     engine = engines.engine(d.engine)
     title = engine.title if engine is not None else d.engine
-    fixed = f"fixed in {version_text(d.fixed_in)}" if d.fixed_in else "in every release observed since"
+    newest = engine.supported[1] if engine is not None and engine.supported else None
+    if d.fixed_in:
+        fixed = f"fixed in {version_text(d.fixed_in)}"
+    elif newest is not None and d.last[: len(newest)] >= newest:
+        fixed = "not fixed in any release observed"
+    else:
+        fixed = "later releases not observed with this target"
     return f"{title} {hello.engine_version} with a {d.architecture} target: {d.effect} (releases {d.releases}; {fixed})"
 
 

@@ -109,11 +109,6 @@ def predict(
     family = engine.family(target.arch)
     native = engine.native_from_ids(family, ids.ids, target.num_layers) if ids.use_aux else None
     fc_in, fc_src = draft_fc_width(draft_dir, dcfg, ids.ids)
-    coverage = engine.defects_coverage(version, target.arch)
-    if coverage is not None:
-        notes.append(
-            f"known defects: {coverage}; nothing is known to be wrong, which is not the same as right"
-        )
     hello = assemble_hello(
         engine=engine,
         engine_version=version,
