@@ -196,3 +196,20 @@ def test_a_new_engine_is_a_folder_and_one_registration(tmp_path, monkeypatch) ->
     assert f.code == "LAYER_MAP_MISMATCH" and "served layers [-1, 1, 4]" in f.message
     assert f.fix.endswith("put eagle_aux_hidden_state_layer_ids = [1, 3, 6] in the draft's config.json")
     assert "otherserve_rules" in sys.modules and "OtherServe" not in str(SGLANG.title)
+
+
+def test_one_defect_per_symptom_the_broadest_case_first() -> None:
+    """Gemma 4 on 0.5.17 – 0.5.21 captures wrong values whatever the ids: the embedding case holds too,
+    but one finding says it, and its fix is the upgrade (no choice of layers avoids it)."""
+    from eagle3_top.tracer.analysis.diagnose import defect_fix
+    from eagle3_top.tracer.schema import Hello, ModelInfo
+
+    (d,) = SGLANG.known_defects("0.5.17", "Gemma4ForConditionalGeneration", [-1, 3, 5], 30)
+    assert (d.case, d.symptom, d.fixed_in) == ("distinct", "values", (0, 5, 22))
+    hello = Hello(
+        engine="sglang", engine_version="0.5.17", model=ModelInfo(arch=d.architecture, num_layers=30)
+    )
+    assert (
+        defect_fix(d, hello, [-1, 3, 5])
+        == "upgrade SGLang to 0.5.22 or later (no choice of layers avoids it)"
+    )

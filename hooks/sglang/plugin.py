@@ -271,20 +271,19 @@ def _run_guard(worker: Any) -> None:
         raise wiring_guard.WiringRefused(f"eagle3-top guard: {exc}") from None
     if g is None:
         return
-    hello = None
-    if worker is not None:
-        tracer = _state.get("tracer")
-        hello = tracer.publisher.hello if tracer is not None else None
-        if hello is None:
+    tracer = _state.get("tracer")
+    hello = tracer.publisher.hello if (worker is not None and tracer is not None) else None
+    if hello is None:  # not publishing on this rank: read the wiring as the publisher would
+        r = ranks()
+        if worker is None:
+            hello = minimal_hello(r, "no EAGLE spec worker on this scheduler (is speculative decoding on?)")
+        else:
             try:
-                r = ranks()
                 from .wiring import wiring_from_worker
 
                 hello = wiring_from_worker(worker, tp_rank=r["tp_rank"], tp_size=r["tp_size"])
             except Exception as exc:
-                hello = minimal_hello(ranks(), f"{type(exc).__name__}: {exc}")
-    else:
-        hello = minimal_hello(ranks(), "no EAGLE spec worker on this scheduler (is speculative decoding on?)")
+                hello = minimal_hello(r, f"{type(exc).__name__}: {exc}")
     wiring_guard.enforce(g, hello, say)
 
 

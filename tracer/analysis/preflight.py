@@ -189,7 +189,7 @@ def observe(engine: Engine, target_dir: str, draft_dir: str, timeout_s: float = 
     if r.returncode != 0:
         return f"{engine.observer} exited {r.returncode} (its error is above)"
     try:
-        rows = {r["case"]: r for r in json.loads(r.stdout)}
+        rows = {x["case"]: x for x in json.loads(r.stdout)}
         row, baseline = rows["given"], rows["distinct"]
         assert isinstance(row, dict) and isinstance(baseline, dict)
     except (ValueError, KeyError, AssertionError, TypeError):
@@ -226,7 +226,6 @@ def with_observation(p: Prediction, obs: Observation) -> Prediction:
         )
     n = h.model.num_layers
     got = p.engine.capture(aux.family or p.engine.family(h.model.arch), native, n) if n else None
-    slots = [s.get("holds") for s in row.get("slots") or []] if isinstance(row.get("slots"), list) else None
     new_aux = replace(
         aux,
         ids_read=row.get("ids_read"),
@@ -235,9 +234,9 @@ def with_observation(p: Prediction, obs: Observation) -> Prediction:
         capture_canonical=got.canonical if got is not None else aux.capture_canonical,
         capture_source="observed",
         capture_note=got.failure if got is not None else aux.capture_note,
-        slots=len(slots) if slots is not None else aux.slots,
-        width=(len(slots) * h.model.hidden_size)
-        if (slots is not None and h.model.hidden_size)
+        slots=len(holds) if holds is not None else aux.slots,
+        width=(len(holds) * h.model.hidden_size)
+        if (holds is not None and h.model.hidden_size)
         else aux.width,
     )
     return replace(p, hello=replace(h, aux=new_aux), notes=(*p.notes, *notes))
@@ -255,11 +254,8 @@ def observed_defect(p: Prediction, obs: Observation) -> KnownDefect | None:
     v = parse_version(str(row.get("sglang_version") or p.version)) or ()
     arch = h.model.arch or "?"
     triggered = cases_of(ids, n)
-    known = [
-        d
-        for d in p.engine.known_defects(p.version, arch, ids, n)
-        if d.symptom == ("crash" if obs.outcome.kind == "crash" else "values")
-    ]
+    symptom = obs.outcome.kind  # crash | values
+    known = [d for d in p.engine.known_defects(p.version, arch, ids, n) if d.symptom == symptom]
     case = (
         known[0].case if known else next((c for c in CASES if c in triggered and c != "distinct"), "distinct")
     )
@@ -271,7 +267,7 @@ def observed_defect(p: Prediction, obs: Observation) -> KnownDefect | None:
         fixed_in=known[0].fixed_in if known else None,
         architecture=arch,
         case=case,
-        symptom="crash" if obs.outcome.kind == "crash" else "values",
+        symptom=symptom,
         effect=f"with these ids ({fmt_ids(ids) if ids is not None else 'none read'}), {obs.outcome.detail}",
         evidence=f"observed just now: {row.get('model_class')} of the installed release, at the target's depth "
         "with random weights, on this CPU",

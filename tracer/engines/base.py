@@ -22,8 +22,6 @@ from typing import Any, Protocol, runtime_checkable
 
 Version = tuple[int, ...]
 
-EMBEDDING = -1  # the canonical id of the embedding output
-
 
 def parse_version(text: str | None) -> Version | None:
     """The release numbers of a version string: ``0.5.17`` → (0, 5, 17); ``v0.5.22rc1``,
@@ -324,8 +322,8 @@ def ids_for(
     # as given, shifted either way, and the native list rotated (an engine whose rule keys on the
     # first id, as SGLang's DeepSeek family does, takes a list whose first id is not that one as given)
     for candidate in (want, native, [c - 1 for c in want], native[1:] + native[:1]):
-        native = engine.native_from_ids(family, candidate, num_layers)
-        got = engine.capture(family, native, num_layers)
+        stored = engine.native_from_ids(family, candidate, num_layers)
+        got = engine.capture(family, stored, num_layers)
         if got.failure is None and got.canonical == want:
             return candidate
     return None

@@ -3,8 +3,8 @@
 Engines hold their models as PyTorch modules with SGLang's attribute names, and the built-in engine
 mirrors them: the capture list on the decoder stack (``layers_to_capture``, or
 ``_is_layer_to_capture`` flags on its layers), ``capture_aux_hidden_states``, the draft's ``fc`` and
-``hot_token_id``. This module reads those attributes, the draft config as written on disk, and the
-layer rules (``layers``), and fills a ``schema.Hello``. Adapters add only what is theirs (how the
+``hot_token_id``. This module reads those attributes and the draft config as written on disk, and
+fills a ``schema.Hello`` by the serving engine's capture rules (``tracer.engines``). Adapters add only what is theirs (how the
 requested flags are learnt, which ids the server read). Attribute reads and numpy only: nothing here
 imports an engine or touches a device.
 """

@@ -64,18 +64,19 @@ def _load(path: str) -> dict[str, Any]:
 # Where transformers' defaults differ from the published checkpoints in a way SGLang reads: keys
 # transformers 5 no longer carries (DeepSeek-V3's routing, Qwen3-Next's attention interval), and
 # DeepSeek-V3's (and Kimi K2's) YaRN rope scaling, the only one SGLang's off-CUDA DeepSeek rope takes.
+_DEEPSEEK_YARN: dict[str, Any] = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 40.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "original_max_position_embeddings": 4096,
+}
 PUBLISHED_OVERRIDES: dict[str, dict[str, Any]] = {
     "DeepseekV3ForCausalLM": {
-        "rope_parameters": {
-            "rope_type": "yarn",
-            "rope_theta": 10000.0,
-            "factor": 40.0,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-            "original_max_position_embeddings": 4096,
-        },
+        "rope_parameters": _DEEPSEEK_YARN,
         "moe_layer_freq": 1,
         "topk_method": "noaux_tc",
         "scoring_func": "sigmoid",
@@ -101,16 +102,7 @@ PUBLISHED_OVERRIDES: dict[str, dict[str, Any]] = {
         "topk_method": "greedy",
         "scoring_func": "softmax",
         "ep_size": 1,
-        "rope_parameters": {
-            "rope_type": "yarn",
-            "rope_theta": 10000.0,
-            "factor": 40.0,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "mscale": 0.707,
-            "mscale_all_dim": 0.707,
-            "original_max_position_embeddings": 4096,
-        },
+        "rope_parameters": {**_DEEPSEEK_YARN, "mscale": 0.707, "mscale_all_dim": 0.707},
     },
     # Qwen2.5-VL-7B's text model (the defaults are the 72B's) and its multimodal rope sections, which
     # SGLang's Qwen2.5-VL reads (``"mrope_section" in config.rope_scaling``); merged into text_config

@@ -237,12 +237,12 @@ def _reads_flags(inner: Any) -> bool:
 
 
 def _native(inner: Any) -> list[int] | None:
-    """The capture list as stored (``layers_to_capture``), else the ``_is_layer_to_capture`` flags."""
-    ltc = getattr(inner, "layers_to_capture", None)
-    if ltc is not None:
-        return [int(i) for i in ltc]
-    flagged = [i for i, layer in enumerate(inner.layers) if getattr(layer, "_is_layer_to_capture", False)]
-    return flagged or None
+    """The capture list as the live adapter reads it from a running server (``layers_to_capture``, else
+    the ``_is_layer_to_capture`` flags): the hello's ``capture_native``, so an observation and a live
+    hello speak of the same list."""
+    from eagle3_top.tracer.serving.wiring import live_capture
+
+    return live_capture(inner).native
 
 
 def _forward_batch(input_ids: Any) -> Any:

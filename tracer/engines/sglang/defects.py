@@ -73,9 +73,7 @@ def _outcome(obs: Mapping[str, Any]) -> Outcome:
     native = obs.get("native")
     n = int(obs.get("num_layers") or NUM_LAYERS)
     family = capture.family_of(arch=obs.get("architecture"))
-    expected = (
-        [i - 1 for i in capture.captured_native(family, native, n)] if isinstance(native, list) else None
-    )
+    expected = capture.canonical_from_native(family, native, n) if isinstance(native, list) else None
     return outcome_of(obs, expected)
 
 
@@ -142,7 +140,7 @@ def _defect(
         fixed_in=v(fixed) if fixed else None,
         architecture=arch,
         case=case,
-        symptom="crash" if oc.kind == "crash" else "values",
+        symptom=oc.kind,  # crash | values: the only kinds a run holds
         effect=f"with {CASE_WORDS[case]}, {_short(obs.get('model_class'), arch)} {oc.detail}",
         evidence=f"observed running SGLang {first}"
         + ("" if first == last else f" – {last}")
@@ -168,9 +166,18 @@ def known_defects(
     if rel is None or arch is None:
         return []
     triggered = cases_of(ids, num_layers)
-    return [
+    found = [
         d for d in table() if d.architecture == arch and d.case in triggered and d.first <= rel[:3] <= d.last
     ]
+    # One defect per symptom: the broadest case that holds (a release that breaks even distinct ids
+    # breaks every list, and no choice of layers avoids it), else the first in CASES' order.
+    order = {c: i for i, c in enumerate(CASES)}
+    found.sort(key=lambda d: (d.case != "distinct", order.get(d.case, len(order))))
+    out: list[KnownDefect] = []
+    for d in found:
+        if all(o.symptom != d.symptom for o in out):
+            out.append(d)
+    return out
 
 
 def coverage(version: str | None, arch: str | None) -> str | None:
@@ -187,9 +194,9 @@ def coverage(version: str | None, arch: str | None) -> str | None:
             f"(observed: {', '.join(observed_archs)})"
         )
     baseline = _index()[(rel, arch)].get("distinct")
-    if baseline is None or outcome(baseline).kind in ("crash", "unobserved"):
-        why = outcome(baseline).detail if baseline is not None else "no baseline case"
-        return f"a {arch} could not be run on SGLang {rel} here ({why})"
+    base = outcome(baseline) if baseline is not None else Outcome("unobserved", "no baseline case")
+    if base.kind in ("crash", "unobserved"):
+        return f"a {arch} could not be run on SGLang {rel} here ({base.detail})"
     return None
 
 
