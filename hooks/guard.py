@@ -16,10 +16,11 @@ Environment (the plugin's other settings are ``EAGLE3_TOP_*`` too):
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from eagle3_top.tracer.analysis.findings import Finding
@@ -60,6 +61,27 @@ def from_env(env: Mapping[str, str] | None = None, manifest: str | None = None) 
     env = os.environ if env is None else env
     path = manifest or env.get(ENV_MANIFEST)
     return Guard(path, mode_from_env(env)) if path else None
+
+
+def refuser(why: str, log: logging.Logger) -> Callable[..., Any] | None:
+    """The guard was asked for, but this server's wiring cannot be judged (a release we do not know,
+    internals that differ): in stop mode an around-hook for the engine's start-up that refuses it,
+    so the server never starts as if it had passed; None in warn mode or without a guard."""
+    try:
+        g = from_env()
+    except GuardSettingError as exc:
+        log.error("%s: %s", PREFIX, exc)
+        g = Guard(os.environ.get(ENV_MANIFEST, ""))
+    if g is None:
+        return None
+    log.error("%s: cannot check the wiring: %s", PREFIX, why)
+    if g.mode != STOP:
+        return None
+
+    def refuse(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise WiringRefused(f"{PREFIX}: cannot check the wiring, not serving: {why}")
+
+    return refuse
 
 
 def judge_wiring(hello: Hello, manifest_path: str) -> list[Finding]:

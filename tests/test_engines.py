@@ -109,6 +109,7 @@ class Other:
     title = "OtherServe"
     supported = ((1, 0), (1, 9))
     ids_key = "eagle_aux_hidden_state_layer_ids"
+    ids_where = "in the draft's config.json"
     observer = None
 
     def read_ids(self, cfg):

@@ -40,6 +40,9 @@ def test_wheel_contents(tmp_path) -> None:
         "eagle3_top/hooks/sglang/observe/__main__.py",  # preflight runs it by its module name
         "eagle3_top/tracer/engines/sglang/observed.json",  # the defect table preflight and check read
         "eagle3_top/tracer/engines/toy/__init__.py",
+        "eagle3_top/tracer/engines/vllm/capture.py",
+        "eagle3_top/hooks/vllm/plugin.py",
+        "eagle3_top/hooks/adapter.py",
         "eagle3_top/tracer/export/feed.py",
         "eagle3_top/hooks/toy/weights/target/model.pt",
         "eagle3_top/hooks/toy/weights/target/tokenizer.json",
@@ -52,4 +55,7 @@ def test_wheel_contents(tmp_path) -> None:
     assert "eagle3-top = eagle3_top.tui.cli:entry" in entry_points
     assert (
         "[sglang.srt.plugins]" in entry_points and "eagle3_top.hooks.sglang.plugin:register" in entry_points
+    )
+    assert (
+        "[vllm.general_plugins]" in entry_points and "eagle3_top.hooks.vllm.plugin:register" in entry_points
     )

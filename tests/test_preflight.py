@@ -70,7 +70,7 @@ def test_the_healthy_pair_passes_and_says_what_the_server_will_capture(pair: Pat
     assert "ids read: [0, 2, 5] (eagle_config.eagle_aux_hidden_state_layer_ids)" in r.stdout
     assert "captured, in this order: native [1, 3, 6] = canonical [0, 2, 5]" in r.stdout
     assert (
-        "aux width 384 (3 slots); the draft's fc expects 384 (model.fc.weight in the draft's safetensors)"
+        "aux width 384 (3 slots); the draft's fc expects 384 (fc.weight in the draft's safetensors)"
         in r.stdout
     )
     assert "flags: steps 3, topk 1, draft tokens 4; none rewritten" in r.stdout

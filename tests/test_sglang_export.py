@@ -67,7 +67,7 @@ def _serve(out: str, draft: str, target_name: str = "target") -> dict[str, Any]:
             tp["model.layers.3.self_attn.qkv_proj.bias"].float(),
             torch.cat([t[f"model.layers.3.self_attn.{p}_proj.bias"] for p in "qkv"]).float(),
         ),
-        "draft_fc": torch.equal(dp["model.fc.weight"].float(), d["model.fc.weight"].float()),
+        "draft_fc": torch.equal(dp["model.fc.weight"].float(), d["fc.weight"].float()),
         "draft_lm_head": torch.equal(dp["lm_head.weight"].float(), d["lm_head.weight"].float()),
         "hot_token_id": torch.equal(draft_model.hot_token_id, d["d2t"] + torch.arange(d["d2t"].shape[0])),
     }

@@ -122,7 +122,7 @@ def _run_two_ranks(all_ranks: bool, child: str = "child_rank") -> dict[str, Any]
     ``child_dp_replica``: DP replicas 0 and 1, a world each) and a subscriber on ports p and p + 1."""
     import time
 
-    from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
+    from eagle3_top.hooks.adapter import endpoint_for_rank
     from eagle3_top.tracer.reader.subscriber import Subscriber
 
     endpoint = f"tcp://127.0.0.1:{_free_port_pair()}"
@@ -178,7 +178,7 @@ def test_only_tp_rank_0_publishes_by_default(two_ranks: dict[str, Any]) -> None:
 
 
 def test_all_ranks_publish_each_as_its_own_source(two_ranks_all: dict[str, Any]) -> None:
-    from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
+    from eagle3_top.hooks.adapter import endpoint_for_rank
 
     r0, r1 = two_ranks_all["children"]
     ep = two_ranks_all["endpoint"]
@@ -195,7 +195,7 @@ def test_all_ranks_publish_each_as_its_own_source(two_ranks_all: dict[str, Any])
 def test_each_data_parallel_replica_publishes_on_its_own_port(two_replicas: dict[str, Any]) -> None:
     """--dp-size 2: two TP-1 worlds, each its rank 0; before, both bound the same endpoint and one
     of them, whichever came second, switched itself off."""
-    from eagle3_top.hooks.sglang.plugin import endpoint_for_rank
+    from eagle3_top.hooks.adapter import endpoint_for_rank
 
     d0, d1 = two_replicas["children"]
     assert (d0["ranks"]["dp_rank"], d1["ranks"]["dp_rank"]) == (0, 1)

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import collect, wait_connected
+from eagle3_top.hooks.adapter import endpoint_for_rank
 from eagle3_top.hooks.sglang.launch import split_own_args
-from eagle3_top.hooks.sglang.plugin import endpoint_for_rank, version_problem
+from eagle3_top.hooks.sglang.plugin import version_problem
 from eagle3_top.hooks.sglang.spec_flags import spec_report
 from eagle3_top.tracer.schema import SpecConfig
 

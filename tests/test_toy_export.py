@@ -20,7 +20,8 @@ if importlib.util.find_spec("torch") is None:
 import torch
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
-DRAFTS = ["draft", "draft-ids-not-read", "draft-no-embed", "draft-no-embed-ids-not-read"]
+DRAFTS = ["draft", "draft-ids-not-read", "draft-no-embed", "draft-no-embed-ids-not-read", "draft-vllm",
+          "draft-no-embed-vllm"]  # fmt: skip
 STOP = 8  # <unk>
 
 
@@ -63,7 +64,15 @@ def test_every_directory_states_its_stop_token_and_holds_no_pickle(exported: Pat
             # drops the language's words; the server is pointed at target/ instead
             assert not [p.name for p in d.iterdir() if p.name.startswith("tokenizer")]
         else:
-            assert {"d2t", "model.fc.weight", "lm_head.weight"} <= keys
+            # SpecForge's names: vLLM's loader prefixes "model." itself and refuses "model.fc.weight"
+            assert {
+                "d2t",
+                "fc.weight",
+                "layers.0.hidden_norm.weight",
+                "norm.weight",
+                "lm_head.weight",
+            } <= keys
+            assert not [k for k in keys if k.startswith("model.")]
             assert json.loads((d / "training_metrics.json").read_text())["simulated_accept_length"] > 3.5
 
 
@@ -77,8 +86,37 @@ def test_the_drafts_name_their_layers_where_sglang_reads_them_or_not(exported: P
         "draft-ids-not-read": None,
         "draft-no-embed": [0, 2, 5],  # no embedding slot, and apart from SGLang's default [1, 3, 4]
         "draft-no-embed-ids-not-read": None,
+        "draft-vllm": [-1, 2, 5],
+        "draft-no-embed-vllm": [0, 2, 5],
     }
     assert config(exported / "draft-no-embed-ids-not-read")["eagle_aux_hidden_state_layer_ids"] == [0, 2, 5]
+
+
+def test_each_draft_says_which_convention_its_ids_follow_and_which_engine_serves_it_right(
+    exported: Path,
+) -> None:
+    """The copies for vLLM carry vLLM-convention ids at the top level (canonical + 1, where vLLM reads
+    first and SGLang never reads) beside SGLang's in eagle_config: one directory right on both."""
+    table = json.loads((exported / "drafts.json").read_text())
+    assert config(exported / "draft-no-embed-vllm")["eagle_aux_hidden_state_layer_ids"] == [1, 3, 6]
+    assert config(exported / "draft-vllm")["eagle_aux_hidden_state_layer_ids"] == [
+        0,
+        3,
+        6,
+    ]  # 0: the embedding
+    right = {name: sorted(e for e, v in row["engines"].items() if v["right"]) for name, row in table.items()}
+    assert right == {
+        "draft": ["sglang"],
+        "draft-no-embed": ["sglang"],
+        "draft-ids-not-read": [],
+        "draft-no-embed-ids-not-read": [],
+        "draft-vllm": ["sglang", "vllm"],
+        "draft-no-embed-vllm": ["sglang", "vllm"],
+    }
+    # served on vLLM, SGLang-convention ids land one block early, and -1 is never reached
+    assert table["draft-no-embed"]["engines"]["vllm"]["serves_canonical"] == [-1, 1, 4]
+    assert "fails at the first request" in table["draft"]["engines"]["vllm"]["fails"]
+    assert table["draft-no-embed-vllm"]["ids_written"]["top_level"]["convention"].startswith("vllm")
 
 
 def test_transformers_computes_what_the_built_in_engine_computes(exported: Path) -> None:
@@ -106,7 +144,9 @@ def test_transformers_computes_what_the_built_in_engine_computes(exported: Path)
     assert work["stop_token_id"] == STOP and work["new_tokens"] == 12
     # what a served pair must reach: the built-in engine's own accept length with each draft
     acc = work["built_in_accept_length"]
-    assert set(acc) == set(DRAFTS) and work["built_in_spec"]["num_draft_tokens"] == 4
+    # the copies for vLLM are their drafts' weights: the built-in engine (SGLang's rules) serves them alike
+    assert set(acc) == set(DRAFTS) - {"draft-vllm", "draft-no-embed-vllm"}
+    assert work["built_in_spec"]["num_draft_tokens"] == 4
     assert min(acc["draft"], acc["draft-no-embed"]) > 3.0 and acc["draft-ids-not-read"] < 1.5
     tok = AutoTokenizer.from_pretrained(str(exported / "target"))
     assert tok.eos_token_id == STOP and tok.decode([0, 1, 2]) == "<bos> copy |"

@@ -39,11 +39,20 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from eagle3_top.hooks import adapter
+from eagle3_top.hooks.adapter import (
+    ENV_ALL_RANKS,
+    ENV_FORCE,
+    ENV_PUBLISH,
+    has_target,
+    new_tracer,
+    patch,
+    publish_hello,
+)
 from eagle3_top.tracer.transport import curve_flags
 
 if TYPE_CHECKING:
@@ -52,12 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eagle3_top.hooks.sglang")
 
-ENV_PUBLISH = "EAGLE3_TOP_PUBLISH"
-ENV_ALL_RANKS = "EAGLE3_TOP_ALL_RANKS"
-ENV_ALLOW_REMOTE = "EAGLE3_TOP_ALLOW_REMOTE"
-ENV_AUX_INTERVAL = "EAGLE3_TOP_AUX_INTERVAL"
-ENV_FORCE = "EAGLE3_TOP_FORCE"
-ENV_PAUSE_FILE = "EAGLE3_TOP_PAUSE_FILE"  # while this file exists the tracer records nothing
 ENV_CURVE_SECRET = curve_flags.ENV_SECRET  # .key_secret certificate: publish CURVE-encrypted
 ENV_CURVE_CLIENTS = curve_flags.ENV_CLIENTS  # directory of admitted client certificates
 ENV_CURVE_ANY_CLIENT = curve_flags.ENV_ANY_CLIENT  # =1: encrypt, but admit any client
@@ -160,13 +163,13 @@ def _register() -> None:
     except ImportError:
         HookRegistry = None
     hooks = [(VERIFY_TARGET, around_verify), (SCHEDULER_INIT_TARGET, _around_scheduler_init)]
-    if _has_target(FORWARD_TARGET):
+    if has_target(FORWARD_TARGET):
         hooks.append((FORWARD_TARGET, make_around_forward(tracer_for_worker)))
-    if _has_target(RESULT_TARGET):
+    if has_target(RESULT_TARGET):
         hooks.append((RESULT_TARGET, make_around_process_result(_result_hook_live)))
     else:
         log.info("eagle3-top: no %s in this SGLang: overlap tail rows are published", RESULT_TARGET)
-    if _has_target(PREFILL_EXTEND_TARGET):
+    if has_target(PREFILL_EXTEND_TARGET):
         from .probe import make_around_prefill_extend
 
         hooks.append((PREFILL_EXTEND_TARGET, make_around_prefill_extend(lambda _w: _state["tracer"])))
@@ -176,7 +179,7 @@ def _register() -> None:
         if HookRegistry is not None:
             HookRegistry.register(target, around, HookType.AROUND)
         else:  # no registry: patch the class attributes ourselves
-            _patch(target, around)
+            patch(target, around)
     _state["registered"] = True
 
 
@@ -185,54 +188,17 @@ def _guard_cannot_run(why: str) -> None:
     start as if it had passed. Registers a ``Scheduler.__init__`` hook that refuses, where it can."""
     from eagle3_top.hooks import guard as wiring_guard
 
-    try:
-        g = wiring_guard.from_env()
-    except wiring_guard.GuardSettingError as exc:
-        log.error("eagle3-top guard: %s", exc)
-        g = wiring_guard.Guard(os.environ.get(ENV_GUARD_MANIFEST, ""))
-    if g is None:
+    refuse = wiring_guard.refuser(why, log)
+    if refuse is None:
         return
-    log.error("eagle3-top guard: cannot check the wiring: %s", why)
-    if g.mode != wiring_guard.STOP:
-        return
-
-    def refuse(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise wiring_guard.WiringRefused(f"eagle3-top guard: cannot check the wiring, not serving: {why}")
-
     try:
-        _patch(SCHEDULER_INIT_TARGET, refuse)
+        patch(SCHEDULER_INIT_TARGET, refuse)
     except Exception as exc:  # no scheduler to refuse in: said in the log above
         log.error("eagle3-top guard: cannot stop the server either: %s: %s", type(exc).__name__, exc)
 
 
 def _result_hook_live() -> None:
     _state["result_hook_live"] = True
-
-
-def _has_target(target: str) -> bool:
-    import pkgutil
-
-    owner, attr = target.rsplit(".", 1)
-    try:
-        return callable(getattr(pkgutil.resolve_name(owner), attr, None))
-    except Exception:
-        return False
-
-
-def _patch(target: str, around: Any) -> None:
-    import functools
-    import pkgutil
-
-    owner_path, attr = target.rsplit(".", 1)
-    owner = pkgutil.resolve_name(owner_path)
-    original = getattr(owner, attr)
-
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return around(original, *args, **kwargs)
-
-    wrapper.__wrapped__ = original
-    setattr(owner, attr, wrapper)
 
 
 # -- scheduler side -----------------------------------------------------------------------------------
@@ -354,16 +320,6 @@ def ranks() -> dict[str, int]:
     return out
 
 
-def endpoint_for_rank(endpoint: str, rank: int) -> str:
-    """``tcp://host:5557`` + rank 2 -> ``tcp://host:5559``; ipc endpoints get a ``.rN`` suffix."""
-    if rank == 0:
-        return endpoint
-    m = re.match(r"^(tcp://.*):(\d+)$", endpoint)
-    if m:
-        return f"{m.group(1)}:{int(m.group(2)) + rank}"
-    return f"{endpoint}.r{rank}"
-
-
 def tracer_for_worker(worker: Any) -> Any:
     """The tracer for this spec worker, created on first use (hello published); None = not us."""
     key = id(worker)
@@ -412,50 +368,25 @@ def _start(worker: Any) -> Any:
     if _state["tracer"] is not None:  # a second spec worker in one process: share the source
         tracer = _state["tracer"]
     else:
-        from eagle3_top.tracer.schema import SourceId
-        from eagle3_top.tracer.serving.publisher import Publisher
-        from eagle3_top.tracer.serving.tracer import Tracer
-
-        ep = endpoint_for_rank(endpoint, global_rank)
-        publisher = Publisher(
-            ep,
-            SourceId.local(rank=global_rank, engine="sglang"),
-            allow_remote=os.environ.get(ENV_ALLOW_REMOTE) == "1",
-            curve=curve,
-        )
-        tracer = Tracer(
-            publisher,
-            aux_interval_s=float(os.environ.get(ENV_AUX_INTERVAL, "0.2")),
-            pause_file=os.environ.get(ENV_PAUSE_FILE) or None,
-        )
-        _state["publisher"], _state["tracer"] = publisher, tracer
-        log.info("eagle3-top: publishing on %s (rank %d)", publisher.bound_endpoint, global_rank)
+        tracer = new_tracer(endpoint, global_rank, "sglang", curve, log)
+        _state["publisher"], _state["tracer"] = tracer.publisher, tracer
     from .wiring import wiring_from_worker
 
-    try:
-        hello = wiring_from_worker(worker, tp_rank=r["tp_rank"], tp_size=r["tp_size"])
-    except Exception as exc:  # steps still flow; the hello says what could not be read
-        log.warning("eagle3-top: wiring report incomplete: %s: %s", type(exc).__name__, exc)
-        hello = minimal_hello(r, f"{type(exc).__name__}: {exc}")
-    hidden = hello.model.hidden_size
-    if hidden is not None and hidden > 0:
-        tracer.set_slot_width(hidden)
-    tracer.publisher.set_hello(hello)
+    read = lambda: wiring_from_worker(worker, tp_rank=r["tp_rank"], tp_size=r["tp_size"])  # noqa: E731
+    publish_hello(tracer, read, lambda error: minimal_hello(r, error), r, log)
     return tracer
 
 
 def minimal_hello(r: dict[str, int], error: str) -> Hello:
     """A hello that says what could not be read; steps still flow."""
-    from eagle3_top.tracer.schema import Hello
-
     try:
         import sglang
 
         version = getattr(sglang, "__version__", None)
     except Exception:
         version = None
-    return Hello(engine="sglang", engine_version=version, tp_rank=r["tp_rank"], tp_size=r["tp_size"],
-                 wiring_error=error[:300])  # fmt: skip
+    hello: Hello = adapter.minimal_hello("sglang", version, r, error)
+    return hello
 
 
 def _reset_for_tests() -> None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from eagle3_top.hooks.adapter import report_failure
 from eagle3_top.tracer.serving.deferred import EngineCopy
 from eagle3_top.tracer.serving.pending import DeferredStep
 from eagle3_top.tracer.serving.tracer import Tracer
@@ -160,15 +161,11 @@ def report_engine_failure(
         return
     try:
         tracer = get_tracer(worker)
-        # verify runs inside the worker's step: the step's hook sees the same exception again, and
-        # the report made where it was raised (sent already) is the more precise one
-        if tracer is not None and tracer.publisher.engine_error is None:
-            tracer.publisher.engine_failed(f"{where} raised {type(exc).__name__}: {str(exc)[:200]}")
-            flush = getattr(tracer.publisher, "flush", None)
-            if flush is not None:
-                flush(0.5)
     except Exception:
-        pass
+        return
+    # verify runs inside the worker's step: the step's hook sees the same exception again, and the
+    # report made where it was raised (sent already) is the more precise one
+    report_failure(tracer, where, exc)
 
 
 def make_around_forward(get_tracer: Callable[[Any], Tracer | None]) -> Callable[..., Any]:

@@ -64,13 +64,22 @@ def _write_json(path: str, obj: Any) -> None:
         f.write("\n")
 
 
-def _write_model(src: str, dst: str, config: dict[str, Any]) -> None:
+def _write_model(src: str, dst: str, config: dict[str, Any], *, draft: bool = False) -> None:
     from safetensors.torch import save_file
 
     os.makedirs(dst)
     sd = torch.load(os.path.join(src, "model.pt"), weights_only=True)
+    if draft:
+        sd = {draft_tensor_name(k): v for k, v in sd.items()}
     save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(dst, "model.safetensors"))
     _write_json(os.path.join(dst, "config.json"), config)
+
+
+def draft_tensor_name(name: str) -> str:
+    """A draft tensor's name as SpecForge writes it (``fc.weight``, ``layers.0.*``, ``norm.weight``,
+    ``lm_head.weight``, ``d2t``): vLLM's EAGLE-3 loader prefixes ``model.`` itself and refuses
+    ``model.fc.weight``; SGLang's accepts both."""
+    return name.removeprefix("model.")
 
 
 def export_target(out: str) -> str:
@@ -133,11 +142,81 @@ def export_target_qwen2(out: str) -> str:
     return dst
 
 
-def export_draft(out: str, name: str) -> str:
-    src, dst = os.path.join(weights_dir(), name), os.path.join(out, name)
-    _write_model(src, dst, _config(src))
+def export_draft(
+    out: str, name: str, as_name: str | None = None, top_level_ids: list[int] | None = None
+) -> str:
+    """A bundled draft as ``out/as_name``; ``top_level_ids``: also write ids at the config's top level
+    (where vLLM reads them first and SGLang never does)."""
+    src, dst = os.path.join(weights_dir(), name), os.path.join(out, as_name or name)
+    config = _config(src)
+    if top_level_ids is not None:
+        config[TOP_LEVEL_KEY] = list(top_level_ids)
+    _write_model(src, dst, config, draft=True)
     shutil.copyfile(os.path.join(src, "training_metrics.json"), os.path.join(dst, "training_metrics.json"))
     return dst
+
+
+TOP_LEVEL_KEY = "eagle_aux_hidden_state_layer_ids"
+FOR_VLLM = "-vllm"  # a trained draft with vLLM-convention ids at the top level: right on both engines
+
+
+def vllm_drafts() -> dict[str, str]:
+    """``{directory: bundled draft}`` of the copies written for vLLM."""
+    return {good + FOR_VLLM: good for good in DRAFTS}
+
+
+def vllm_ids(trained: list[int], num_layers: int) -> list[int]:
+    """The ids vLLM needs at the top level to capture the trained (canonical) layers, by its rules."""
+    from eagle3_top.tracer.engines.base import ids_for
+    from eagle3_top.tracer.engines.vllm import ENGINE
+
+    ids = ids_for(ENGINE, ENGINE.family(None), trained, num_layers)
+    if ids is None:
+        raise ValueError(f"vLLM cannot capture canonical {trained}")
+    return ids
+
+
+def conventions(out: str, names: list[str], num_layers: int) -> dict[str, Any]:
+    """For each exported draft: the ids it writes where, in which convention, and which layers each
+    engine serves from them (by the engines' own rules), against the layers it was trained on."""
+    from eagle3_top.tracer.engines import engine
+
+    trained_of = {**{g: ids for g, (ids, _) in DRAFTS.items()}, **{b: ids for ids, b in DRAFTS.values()}}
+    trained_of.update({v: trained_of[g] for v, g in vllm_drafts().items()})
+    out_map: dict[str, Any] = {}
+    for name in names:
+        with open(os.path.join(out, name, "config.json")) as f:
+            cfg = json.load(f)
+        trained = trained_of[name]
+        written = {}
+        nested = (cfg.get("eagle_config") or {}).get(TOP_LEVEL_KEY)
+        if nested is not None:
+            written["eagle_config"] = {
+                "ids": nested,
+                "convention": "sglang (canonical: k = block k's output)",
+            }
+        top = cfg.get(TOP_LEVEL_KEY)
+        if top is not None:
+            conv = (
+                "vllm (k = the input of layer k = canonical + 1)"
+                if name.endswith(FOR_VLLM)
+                else "sglang (canonical)"
+            )
+            written["top_level"] = {"ids": top, "convention": conv}
+        served = {}
+        for ename in ("sglang", "vllm"):
+            e = engine(ename)
+            assert e is not None
+            fam = e.family("LlamaForCausalLM")
+            got = e.capture(fam, e.native_from_ids(fam, e.read_ids(cfg).ids, num_layers), num_layers)
+            served[ename] = {
+                "reads": e.read_ids(cfg).declared_at,
+                "serves_canonical": got.canonical,
+                "right": got.canonical == trained and got.failure is None,
+                **({"fails": got.failure} if got.failure else {}),
+            }
+        out_map[name] = {"trained_canonical": trained, "ids_written": written, "engines": served}
+    return out_map
 
 
 def workload(prompts: int, new_tokens: int) -> dict[str, Any]:
@@ -231,6 +310,16 @@ def launch_hint(out: str) -> str:
     )
 
 
+def vllm_launch_hint(out: str) -> str:
+    spec = json.dumps(
+        {"method": "eagle3", "model": f"{out}/draft-no-embed{FOR_VLLM}", "num_speculative_tokens": 3}
+    )
+    return (
+        f"python -m vllm.entrypoints.openai.api_server --model {out}/target "
+        f"--speculative-config '{spec}' --max-model-len 512"
+    )
+
+
 def main(argv: list[str]) -> int:
     ns = build_parser().parse_args(argv)
     prog = "eagle3-top toy export"
@@ -245,6 +334,8 @@ def main(argv: list[str]) -> int:
         "target",
         QWEN2_TARGET,
         *bundled_drafts(),
+        *vllm_drafts(),
+        "drafts.json",
         "workload.json",
         *(f"{n}.manifest.json" for n in DRAFTS),
     ]
@@ -262,9 +353,16 @@ def main(argv: list[str]) -> int:
             elif os.path.lexists(path):
                 os.remove(path)
     os.makedirs(out, exist_ok=True)
-    written = [export_target(out), export_target_qwen2(out)] + [
-        export_draft(out, name) for name in bundled_drafts()
+    drafts = [export_draft(out, name) for name in bundled_drafts()]
+    num_layers = int(_config(target_dir())["num_hidden_layers"])
+    drafts += [
+        export_draft(out, good, as_name=name, top_level_ids=vllm_ids(DRAFTS[good][0], num_layers))
+        for name, good in vllm_drafts().items()
     ]
+    written = [export_target(out), export_target_qwen2(out), *drafts]
+    table = conventions(out, [os.path.basename(d) for d in drafts], num_layers)
+    _write_json(os.path.join(out, "drafts.json"), table)
+    written.append(os.path.join(out, "drafts.json"))
     if not ns.models_only:
         try:
             written += write_manifests(out)
@@ -281,7 +379,12 @@ def main(argv: list[str]) -> int:
         written.append(os.path.join(out, "workload.json"))
     for d in written:
         print(d)
+    for name, row in table.items():
+        right = [e for e, v in row["engines"].items() if v["right"]]
+        print(f"{name}: " + "; ".join(f"{w} ids {v['ids']} in {v['convention']}" for w, v in row["ids_written"].items())
+              + f" -> serves the trained layers on {' and '.join(right) if right else 'neither engine'}", file=sys.stderr)  # fmt: skip
     print(f"serve the healthy pair with:\n  {launch_hint(out)}", file=sys.stderr)
+    print(f"on vLLM:\n  {vllm_launch_hint(out)}", file=sys.stderr)
     print(
         f"(the Qwen2 copy: --model-path {out}/{QWEN2_TARGET} --tokenizer-path {out}/target)", file=sys.stderr
     )

@@ -48,6 +48,13 @@ CODES: tuple[Code, ...] = (
         explains=(*_ACCEPTANCE, "AUX_STATS_DRIFT"),
     ),
     Code(
+        "SPECULATION_NOT_EAGLE3",
+        ERROR,
+        CAUSE,
+        "the server speculates by another method than EAGLE: no EAGLE-3 draft is served",
+        explains=_ACCEPTANCE,
+    ),
+    Code(
         "LAYER_IDS_NOT_READ",
         ERROR,
         CAUSE,

@@ -79,6 +79,9 @@ def judge(
     hello = ev.hello
     if hello is None or not hello.speculates:
         return Judgement(fold(out))  # no draft, layers or acceptance to judge
+    if not hello.eagle:
+        _not_eagle(hello, manifest, add)
+        return Judgement(fold(out))
     engine = engines.engine(hello.engine)
     rows: tuple[SlotRow, ...] = ()
     if manifest is not None:
@@ -98,6 +101,20 @@ def judge(
         if slower is not None:
             out.append(slower)
     return Judgement(fold(out), rows)
+
+
+def _not_eagle(hello: Hello, manifest: Manifest | None, add: Add) -> None:
+    """A server that speculates by another method: with a manifest, its EAGLE-3 draft is not served
+    at all (an error); without one, a fact (info). Its layers and acceptance are not judged."""
+    method = str(hello.algorithm)
+    add(
+        "SPECULATION_NOT_EAGLE3", ERROR if manifest is not None else INFO,
+        f"{_title(engines.engine(hello.engine), hello)} speculates with method {method}, not EAGLE-3: "
+        "no layer, width or acceptance of an EAGLE-3 draft is judged",
+        "serve the EAGLE-3 draft with its method (vLLM: --speculative-config '{\"method\": \"eagle3\", ...}'; "
+        "SGLang: --speculative-algorithm EAGLE3)" if manifest is not None else "none needed if this method is intended",
+        algorithm=method,
+    )  # fmt: skip
 
 
 def _engine_failed(ev: SourceEvidence, add: Add) -> None:
@@ -372,7 +389,10 @@ def _release_defects(hello: Hello, engine: Engine | None, manifest: Manifest | N
                 "ENGINE_DEFECTS_UNKNOWN", INFO,
                 f"release defects not checked: {gap}",
                 f"run eagle3-top preflight where {engine.title} {hello.engine_version} is installed: it runs "
-                "that release's own model classes on the CPU and reports what they do",
+                "that release's own model classes on the CPU and reports what they do"
+                if engine.observer is not None
+                else "replay training samples through the server (eagle3-top probe): it compares the aux rows "
+                "the draft is fed with training's, whatever the release does",
                 coverage=gap,
             )  # fmt: skip
 
@@ -384,8 +404,10 @@ def _width(hello: Hello, aux: AuxWiring, add: Add) -> None:
     if aux.use_aux_hidden_state is not False:
         add(
             "AUX_WIDTH_MISMATCH", ERROR,
-            f"aux width {width} ({aux.slots} slots × {hello.model.hidden_size}) but the draft's fc expects {expected}",
-            "make the layer ids distinct and below num_layers - 1 so every slot is captured, "
+            f"aux width {width} ({aux.slots} slots × {hello.model.hidden_size}) but the draft's fc expects {expected}"
+            + (f": {aux.capture_note}" if aux.capture_note else ""),
+            "make the layer ids distinct and ones the engine reaches "
+            f"({aux.convention or 'its capture rule'}) so every slot is captured, "
             "and pair the draft with the target it was trained on",
             width=width, expected_width=expected, slots=aux.slots,
             brief=f"aux width {width} where the draft's fc expects {expected}",
@@ -420,7 +442,7 @@ def _against_manifest(
             add(
                 "LAYER_MAP_MISMATCH", ERROR,
                 f"served layers {_fmt(served)} (canonical; engine-native {_fmt(native)}), "
-                f"trained {_fmt(trained)}",
+                f"trained {_fmt(trained)}" + (f"; {aux.capture_note}" if aux.capture_note else ""),
                 "serve the draft with the layers it was trained on: "
                 + _ids_fix(engine, hello, trained, f"canonical {_fmt(trained)}"),
                 served=served, trained=trained,

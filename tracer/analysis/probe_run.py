@@ -10,6 +10,7 @@ engine (``diagnose.judge_probe``). No torch and no textual at import.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 import uuid
@@ -22,7 +23,7 @@ from eagle3_top.tracer.analysis.acceptance import AcceptanceStats
 from eagle3_top.tracer.analysis.diagnose import ProbeEvidence, diagnose, judge_probe
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.findings import Finding
-from eagle3_top.tracer.analysis.generate_http import GenerateError, base_url, generate
+from eagle3_top.tracer.analysis.generate_http import GenerateError, base_url, completions, generate
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.analysis.probe_compare import (
     ProbeComparison,
@@ -58,6 +59,9 @@ class ProbeError(RuntimeError):
 
 def probe_rid(sample: int) -> str:
     return f"{PROBE_MARKER}-{sample}-{uuid.uuid4().hex[:12]}"
+
+
+_PROBE_RID = re.compile(re.escape(PROBE_MARKER) + r"-\d+-[0-9a-f]{12}")
 
 
 @dataclass(frozen=True)
@@ -167,14 +171,27 @@ class _Collector:
                         self.live.add(sv.accepted[~mask], sv.n, now)
                 elif ev.kind == PROBE:
                     rows = probe_view(ev.body)
-                    if rows.rid in self.rids:
-                        self.chunks.setdefault(rows.rid, []).append(rows)
+                    rid = self.ours(rows.rid)
+                    if rid is not None:
+                        self.chunks.setdefault(rid, []).append(rows)
             except DecodeError as exc:
                 self.sub.count_malformed(str(exc))
+
+    def ours(self, rid: str) -> str | None:
+        """The probe rid we sent that a served rid stands for (servers wrap it: vLLM serves
+        ``cmpl-<rid>-0-<suffix>``); None for another request's."""
+        if rid in self.rids:
+            return rid
+        m = _PROBE_RID.search(rid)
+        return m.group(0) if m is not None and m.group(0) in self.rids else None
 
     @property
     def has_hello(self) -> bool:
         return any(s.hello is not None for s in self.book.sources.values())
+
+    @property
+    def engine(self) -> str | None:
+        return next((s.hello.engine for s in self.book.sources.values() if s.hello is not None), None)
 
 
 def run_probe(
@@ -197,7 +214,6 @@ def run_probe(
             "no probe samples: the manifest holds none (rebuild it with --probes N) or --data is empty"
         )
     samples = samples[: max(1, count)]
-    url = base_url(server) + "/generate"
     t0 = time.monotonic()
     deadline = t0 + timeout
     sub = Subscriber(endpoints, curve=curve)
@@ -217,14 +233,23 @@ def run_probe(
         answers: queue.Queue[tuple[str, dict[str, Any] | ProbeError]] = queue.Queue()
         got.rids = {probe_rid(k): k for k in range(len(samples))}
 
-        def send(rid: str, s: Sample) -> None:
+        openai = got.engine == "vllm"  # its OpenAI server has no /generate
+        url = base_url(server) + ("/v1/completions" if openai else "/generate")
+
+        def ask(rid: str, s: Sample) -> dict[str, Any]:
+            left = deadline - time.monotonic()
+            if openai:
+                return completions(url, rid, s.input_ids, max_new_tokens, left)
             payload = {
                 "rid": rid,
                 "input_ids": s.input_ids,
                 "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0},
             }
+            return generate(url, payload, left)
+
+        def send(rid: str, s: Sample) -> None:
             try:
-                answers.put((rid, generate(url, payload, deadline - time.monotonic())))
+                answers.put((rid, ask(rid, s)))
             except GenerateError as exc:
                 answers.put((rid, ProbeError(str(exc))))
             except Exception as exc:  # never let a thread die silently

@@ -13,6 +13,7 @@ from eagle3_top.tracer.engines.base import Engine
 REGISTRY: dict[str, str] = {
     "sglang": "eagle3_top.tracer.engines.sglang",
     "toy": "eagle3_top.tracer.engines.toy",
+    "vllm": "eagle3_top.tracer.engines.vllm",
 }
 
 

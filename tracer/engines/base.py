@@ -215,6 +215,7 @@ class Engine(Protocol):
     title: str  # as a person writes it: "SGLang"
     supported: tuple[Version, Version] | None  # the releases it knows; None: any (the built-in engine)
     ids_key: str  # where it reads the draft's layer ids, as a config path
+    ids_where: str  # where a fix puts them, as a person says it: "in the draft's config.json"
     # A module that runs the installed release's own classes for a target and draft config on a CPU
     # (``python -m MODULE --target-config T --draft-config D --case given``: JSON rows on stdout), for
     # ``preflight`` to observe rather than predict; None: none.
@@ -337,4 +338,4 @@ def fix_ids(engine: Engine, family: str | None, canonical: Sequence[int], num_la
             f"{engine.title} cannot capture canonical {fmt_ids(canonical)} in that order; retrain the draft "
             "on layers in ascending order that it can capture"
         )
-    return f"put {engine.ids_key} = {fmt_ids(ids)} in the draft's config.json"
+    return f"put {engine.ids_key} = {fmt_ids(ids)} {engine.ids_where}"

@@ -121,6 +121,16 @@ class DraftClaims(Record):
 
 
 @dataclass(frozen=True)
+class Parallel(Record):
+    """Where the publishing rank sits beyond tensor parallelism: its pipeline stage and its
+    data-parallel replica (one source per replica)."""
+
+    pp_rank: int | None = None
+    pp_size: int | None = None
+    dp_rank: int | None = None
+
+
+@dataclass(frozen=True)
 class Hello:
     engine: str | None = None
     engine_version: str | None = None
@@ -136,6 +146,7 @@ class Hello:
     aux: AuxWiring | None = None
     wiring_error: str | None = None  # what could not be read (the rest of the hello is partial)
     claims: DraftClaims | None = None  # the draft's own training metrics, when its directory has them
+    parallel: Parallel | None = None  # pipeline stage and data-parallel replica, where the adapter knows them
 
     @property
     def algorithm(self) -> str | None:
@@ -145,6 +156,12 @@ class Hello:
     def speculates(self) -> bool:
         """False for a server that says it decodes without speculation (no draft to judge)."""
         return self.algorithm != NO_SPECULATION
+
+    @property
+    def eagle(self) -> bool:
+        """False for a server that says it speculates by another method (vLLM's ngram, MTP, a draft
+        model, ...): nothing of it is judged as EAGLE-3. An unknown algorithm is taken as EAGLE-3."""
+        return self.algorithm in (None, "EAGLE", "EAGLE3")
 
     def captures_aux(self) -> bool:
         """False when the server feeds the draft no aux states at all (EAGLE, use_aux_hidden_state off)
@@ -176,6 +193,8 @@ class Hello:
             body["wiring_error"] = self.wiring_error
         if self.claims is not None:
             body["claims"] = self.claims.to_body()
+        if self.parallel is not None:
+            body["parallel"] = self.parallel.to_body()
         return body
 
     @staticmethod
@@ -204,6 +223,7 @@ class Hello:
             aux=AuxWiring.from_body(body["aux"]) if isinstance(body.get("aux"), Mapping) else None,
             wiring_error=as_str(body.get("wiring_error")),
             claims=_opt(DraftClaims, body.get("claims")),
+            parallel=_opt(Parallel, body.get("parallel")),
         )
 
 

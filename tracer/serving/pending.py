@@ -216,3 +216,33 @@ class DeferredAux(Deferred):
 
     def resolve(self) -> dict[str, Any]:
         return aux_body(self.step, self.where, self.fp.resolve())
+
+
+class ChainStep(Deferred):
+    """A verify step of a chain (top-k 1) whose tokens the engine already holds on the host as
+    lists, one row per request (vLLM): its drafts, the tokens it committed (accepted drafts and the
+    bonus) and the token before them (the root; -1 where the adapter has not seen one). Rows with
+    fewer drafts than the widest are padded with -1, vLLM's own placeholder id, which is never
+    accepted. Arrays are built on the sender thread."""
+
+    __slots__ = ("step", "dt", "rows")
+
+    def __init__(self, step: int, rows: list[tuple[str, int, Sequence[int], list[int]]], dt: float) -> None:
+        self.step, self.dt, self.rows = step, dt, rows  # (rid, root, drafts, committed)
+
+    def resolve(self) -> dict[str, Any]:
+        rows = self.rows
+        n = 1 + max(len(d) for _, _, d, _ in rows)
+        draft = np.full((len(rows), n), -1, dtype=np.int32)
+        for i, (_, root, drafts, _) in enumerate(rows):
+            draft[i, 0] = root
+            draft[i, 1 : 1 + len(drafts)] = drafts
+        committed = [c for _, _, _, c in rows]
+        return step_body(
+            step=self.step,
+            rids=[r for r, _, _, _ in rows],
+            draft=draft,
+            accept_lens=np.fromiter(map(len, committed), dtype=np.int32, count=len(rows)),
+            tokens=np.fromiter((t for c in committed for t in c), dtype=np.int32),
+            dt=self.dt,
+        )

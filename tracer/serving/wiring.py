@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from eagle3_top.tracer.engines.base import Engine, declared_ids
+from eagle3_top.tracer.engines.base import Engine
 from eagle3_top.tracer.schema import AuxWiring, Hello, ModelInfo, Rewrite, SpecConfig, VocabSummary
 from eagle3_top.tracer.serving.claims import draft_claims
 
@@ -124,13 +124,14 @@ def inner_models(model: Any) -> list[Any]:
 @dataclass(frozen=True)
 class LiveCapture:
     native: list[int] | None  # the capture list as held, list order kept; None = none found
-    source: str | None  # layers_to_capture | _is_layer_to_capture
+    source: str | None  # layers_to_capture | _is_layer_to_capture | aux_hidden_state_layers
     capture_aux: bool | None  # the model's capture_aux_hidden_states, None = no such attribute
 
 
 def live_capture(model: Any) -> LiveCapture:
-    """What a live target holds: ``layers_to_capture`` as held, or the indices of layers flagged
-    ``_is_layer_to_capture`` (Qwen MoE, Qwen3-Next, Qwen3.5 style)."""
+    """What a live target holds: ``layers_to_capture`` as held, the indices of layers flagged
+    ``_is_layer_to_capture`` (SGLang's Qwen MoE, Qwen3-Next, Qwen3.5 style), or vLLM's
+    ``aux_hidden_state_layers``."""
     capture_aux = None
     for m in inner_models(model):
         if capture_aux is None and hasattr(m, "capture_aux_hidden_states"):
@@ -140,6 +141,10 @@ def live_capture(model: Any) -> LiveCapture:
         if isinstance(ltc, (list, tuple)) and (ltc or hasattr(m, "layers")):
             if ltc or not _flagged(m):
                 return LiveCapture([int(v) for v in ltc], "layers_to_capture", capture_aux)
+        # vLLM's decoder stacks (EagleModelMixin, DeepSeek-V2): native point k = the input of layer k
+        held = getattr(m, "aux_hidden_state_layers", None)
+        if isinstance(held, (list, tuple)) and hasattr(m, "layers"):
+            return LiveCapture([int(v) for v in held], "aux_hidden_state_layers", capture_aux)
         flagged = _flagged(m)
         if flagged:
             return LiveCapture(flagged, "_is_layer_to_capture", capture_aux)
@@ -329,7 +334,8 @@ def assemble_hello(
     """The hello from what is known of the target and the draft, by ``engine``'s capture rules:
     live (``wiring_report``) or predicted from config files (``preflight``)."""
     n_layers, hidden = target.num_layers, target.hidden_size
-    declared, where = declared_ids(draft.config)
+    as_read = engine.read_ids(draft.config)  # where this engine finds them (vLLM: the top level first)
+    declared, where = as_read.declared, as_read.declared_at
     family = engine.family(target.arch, target.model)
     live = target.capture
     if use_aux_hidden_state is None:

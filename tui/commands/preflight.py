@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from eagle3_top.tracer.analysis.findings import Finding
     from eagle3_top.tracer.analysis.manifest import Manifest
     from eagle3_top.tracer.analysis.preflight import Prediction
+    from eagle3_top.tracer.engines.base import SpecArgs
 
 PROG = "eagle3-top preflight"
 SOURCE = "preflight"  # the findings' source: no server yet
@@ -28,22 +29,28 @@ def build_parser() -> argparse.ArgumentParser:
         "the aux width against the draft's fc, the flags it rewrites and the release's known defects. "
         "Exit 0 pass, 1 an error finding, 2 usage or unreadable files (as check).",
     )
-    p.add_argument("--model-path", required=True, metavar="DIR", help="the target model directory")
+    p.add_argument("--model-path", "--model", required=True, metavar="DIR", help="the target model directory")
     p.add_argument(
         "--speculative-draft-model-path",
         "--speculative-draft-model",
-        required=True,
         metavar="DIR",
-        help="the EAGLE-3 draft directory",
+        help="the EAGLE-3 draft directory (vLLM: or the model of --speculative-config)",
+    )
+    p.add_argument(
+        "--speculative-config",
+        metavar="JSON",
+        help='vLLM\'s flag as given to the server, e.g. \'{"method": "eagle3", "model": D, '
+        '"num_speculative_tokens": 3}\': the draft, the method and the steps (implies --engine vllm)',
     )
     p.add_argument("--speculative-algorithm", default="EAGLE3", choices=("EAGLE3", "EAGLE"))
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
-    p.add_argument("--engine", default="sglang", help="the serving engine (default: sglang)")
+    p.add_argument("--engine", default=None, help="the serving engine: sglang (default) or vllm")
     p.add_argument(
         "--engine-version",
         "--sglang-version",
+        "--vllm-version",
         dest="engine_version",
         metavar="V",
         help="the release to predict for (default: the installed engine's, by its package metadata)",
@@ -101,6 +108,43 @@ def prediction_lines(p: Prediction, manifest: Manifest | None) -> list[str]:
     return lines
 
 
+def _requested(ns: argparse.Namespace) -> tuple[str, SpecArgs, str]:
+    """The draft directory, the flags in SGLang's vocabulary and the engine, from SGLang's flags or
+    vLLM's ``--speculative-config``. Raises ``PreflightError`` (one line)."""
+    from eagle3_top.tracer.analysis.preflight import PreflightError
+    from eagle3_top.tracer.engines.base import SpecArgs
+
+    spec = SpecArgs(
+        ns.speculative_algorithm,
+        ns.speculative_num_steps,
+        ns.speculative_eagle_topk,
+        ns.speculative_num_draft_tokens,
+    )
+    draft, engine = ns.speculative_draft_model_path, ns.engine
+    if ns.speculative_config is not None:
+        from eagle3_top.tracer.engines.vllm.flags import algorithm_of
+
+        try:
+            cfg = json.loads(ns.speculative_config)
+        except ValueError as exc:
+            raise PreflightError(f"--speculative-config is not JSON: {exc}") from None
+        if not isinstance(cfg, dict):
+            raise PreflightError("--speculative-config must be a JSON object, as vLLM takes it")
+        k = cfg.get("num_speculative_tokens")
+        if k is not None and type(k) is not int:
+            raise PreflightError(f"--speculative-config: num_speculative_tokens {k!r} is not an integer")
+        model = cfg.get("model")
+        if draft is None and isinstance(model, str):
+            draft = model
+        spec = SpecArgs(algorithm_of(cfg.get("method") or "eagle3"), k, None, None)
+        engine = engine or "vllm"
+    if draft is None:
+        raise PreflightError(
+            "name the draft: --speculative-draft-model-path DIR (or vLLM's --speculative-config)"
+        )
+    return draft, spec, engine or "sglang"
+
+
 def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
@@ -112,25 +156,15 @@ def main(argv: list[str]) -> int:
     from eagle3_top.tracer.analysis.findings import has_errors
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.analysis.preflight import PreflightError, predict
-    from eagle3_top.tracer.engines.base import SpecArgs
     from eagle3_top.tracer.schema import HELLO, Event
 
     try:
+        draft, spec, engine = _requested(ns)
         manifest = load_manifest(ns.manifest) if ns.manifest else None
-        p = predict(
-            ns.model_path,
-            ns.speculative_draft_model_path,
-            SpecArgs(
-                ns.speculative_algorithm,
-                ns.speculative_num_steps,
-                ns.speculative_eagle_topk,
-                ns.speculative_num_draft_tokens,
-            ),
-            ns.engine_version,
-            ns.engine,
-        )
+        p = predict(ns.model_path, draft, spec, ns.engine_version, engine)
     except (ManifestError, PreflightError) as exc:
         return fail(PROG, str(exc))
+    ns.speculative_draft_model_path = draft
     # The release's own classes where they can run here; else the table, and a line saying so.
     why_not = "--from-table" if ns.from_table else preflight.observable(p.engine, p.version)
     observed = None

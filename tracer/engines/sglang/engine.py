@@ -17,6 +17,7 @@ class SGLang:
     title = "SGLang"
     supported: tuple[Version, Version] | None = versions.SUPPORTED
     ids_key = ids.IDS_KEY
+    ids_where = "in the draft's config.json"
     observer: str | None = "eagle3_top.hooks.sglang.observe"
 
     def read_ids(self, draft_config: Mapping[str, Any]) -> IdsAsRead:
