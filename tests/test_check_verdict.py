@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,7 +71,7 @@ def test_an_idle_engine_is_partial_evidence_not_a_pass(pub: Publisher) -> None:
     r = run_check(pub.bound_endpoint, "--timeout", "3")
     assert r.returncode == 3, r.stdout + r.stderr
     assert "hello yes, 0 verify steps" in r.stdout
-    assert "missing: 0 of 50 verify steps" in r.stdout
+    assert "missing: verify steps: 0 seen, 50 asked for (--min-steps)" in r.stdout
     assert "PARTIAL" in r.stdout and "ok" not in r.stdout.split("\n")[-2]
     allowed = run_check(pub.bound_endpoint, "--timeout", "2", "--allow-partial")
     assert allowed.returncode == 0 and "allowed by --allow-partial" in allowed.stdout
@@ -408,3 +409,61 @@ def test_a_crash_heard_before_its_hello_is_judged_with_the_hello(pub: Publisher)
         assert [f["code"] for f in json.loads(r.stdout)["findings"]] == ["ENGINE_FAILED"]
     finally:
         mute.close()
+
+
+def test_the_fail_line_counts_the_sources_the_errors_are_on() -> None:
+    """Two error findings, both on the mis-wired engine of two: the line says 1 of 2, not 2."""
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(
+        [sys.executable, "-m", "eagle3_top.tui.cli", "check", "--replay", str(root / "examples" / "demo.mcap"),
+         "--manifest", str(root / "examples" / "demo-manifest.json")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].startswith("FAIL: 2 error finding(s) on 1 of 2 source(s) after")
+
+
+def test_steps_that_carry_no_request_are_no_evidence_of_acceptance(pub: Publisher) -> None:
+    """A hello and any number of steps of batch 0: no request-step, no accept length: partial."""
+    pub.set_hello(hello())
+    proc = start_check(pub.bound_endpoint, "--steps", "1", "--timeout", "5", "--json")
+    empty = step_body(step=0, rids=[], draft=np.zeros((0, 4), np.int32), accept_lens=np.zeros(0, np.int32),
+                      tokens=np.zeros(0, np.int32))  # fmt: skip
+    while proc.poll() is None:
+        pub.publish(STEP, empty)
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    verdict = json.loads(out)
+    assert proc.returncode == 3 and verdict["verdict"] == "partial", out + err
+    (src,) = verdict["sources"]
+    assert src["steps"] >= 1 and src["request_steps"] == 0 and src["accept_length"] is None
+    assert src["missing"] == [
+        f"request-steps: none in its {src['steps']} verify steps (each of batch 0): no acceptance seen"
+    ]
+
+
+def test_every_endpoint_named_must_be_heard(pub: Publisher, tmp_path: Path) -> None:
+    """check A B with B silent (nothing listens there): A's evidence is complete and clean, yet the
+    verdict is partial and names B, in the text, in --json, and for an --endpoints-file alike."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        silent = f"tcp://127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens there
+    pub.set_hello(hello())
+    proc = start_check(pub.bound_endpoint, silent, "--steps", "5", "--timeout", "4", "--json")
+    feed_while(proc, pub, 10, accepted=2)
+    out, err = proc.communicate(timeout=60)
+    verdict = json.loads(out)
+    assert proc.returncode == 3 and verdict["verdict"] == "partial", out + err
+    (src,) = verdict["sources"]
+    assert src["complete"] and not [f for f in verdict["findings"] if f["severity"] == "error"]
+    (line,) = verdict["unheard_endpoints"]
+    assert line.startswith(f"{silent}: nothing heard")
+    listed = tmp_path / "endpoints.txt"
+    listed.write_text(f"{pub.bound_endpoint}\n{silent}\n")
+    proc = start_check("--endpoints-file", str(listed), "--steps", "5", "--timeout", "4")
+    feed_while(proc, pub, 10, accepted=2)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, out + err
+    assert f"endpoint {silent}: nothing heard" in out and "1 endpoint(s) said nothing" in out.splitlines()[-1]

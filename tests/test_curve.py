@@ -328,3 +328,56 @@ def test_server_flags_fall_back_on_the_plugins_variables(keys, monkeypatch) -> N
         curve_flags.server_from(p.parse_args([]))
     with pytest.raises(curve.KeyError_, match="--curve-clients needs --curve-secret"):
         curve_flags.server_from(p.parse_args(["--curve-clients", keys["clients"]]))
+
+
+def test_record_refused_by_curve_says_so_and_exits_2(keys, tmp_path) -> None:
+    """A recorder the server does not admit records nothing: it says so as soon as it knows, names
+    the endpoint in its stop line and exits 2 (a connection problem), not 0 with "0 frames"."""
+    import signal
+    import subprocess
+    import sys
+
+    pub = Publisher(
+        "tcp://127.0.0.1:0",
+        SourceId.local(),
+        curve=curve.server_config(keys["server_secret"], keys["clients"]),
+    )
+    out = tmp_path / "r.mcap"
+    rec = subprocess.Popen(
+        [sys.executable, "-m", "eagle3_top.tui.cli", "record", pub.bound_endpoint, "-o", str(out),
+         "--curve-server-key", keys["server"], "--curve-client-secret", keys["mallory"]],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert rec.stderr is not None
+        lines = []
+        for line in rec.stderr:  # waits on the recorder's own words, not on a clock
+            lines.append(line)
+            if "nothing of it is recorded" in line:
+                break
+        assert f"{pub.bound_endpoint}: {NOT_ADMITTED}: nothing of it is recorded" in lines[-1], lines
+        rec.send_signal(signal.SIGINT)
+        rest = rec.stderr.read()
+        assert rec.wait() == 2, rest
+        assert f"refused by 1 of 1 endpoint(s): {pub.bound_endpoint}" in rest and "Traceback" not in rest
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+        pub.close()
+
+
+def test_a_plain_text_publisher_reachable_from_elsewhere_says_so(keys, caplog) -> None:
+    """Allowed to bind every interface, a publisher without CURVE warns, once, where its engine logs
+    (the toy's stderr, SGLang's or vLLM's log); loopback, or CURVE, and it says nothing."""
+    with caplog.at_level(logging.WARNING, logger="eagle3_top.publisher"):
+        for endpoint, cfg in (
+            ("tcp://0.0.0.0:0", None),
+            ("tcp://127.0.0.1:0", None),
+            ("tcp://0.0.0.0:0", curve.server_config(keys["server_secret"], keys["clients"])),
+        ):
+            Publisher(endpoint, SourceId.local(), allow_remote=True, curve=cfg).close()
+    warned = [r.getMessage() for r in caplog.records if "not encrypted" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(
+        "eagle3-top publisher tcp://0.0.0.0:0: reachable from other hosts"
+    )
+    assert "--curve-secret" in warned[0]

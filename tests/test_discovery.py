@@ -335,6 +335,7 @@ def test_the_fleet_demo_runs_engines_on_one_port_range_every_third_mis_wired(tmp
     err = io.StringIO()
     d = demo.Demo(
         fleet=3,
+        first_port=23557,  # --port: the run of three starts there, or at the next free run after it
         rate=5.0,
         build_manifest=False,
         paths={"draft": paths.draft_dir(), "draft_ids_not_read": paths.draft_ids_not_read_dir()},
@@ -344,6 +345,7 @@ def test_the_fleet_demo_runs_engines_on_one_port_range_every_third_mis_wired(tmp
     assert demo.run(d, show) == 0, err.getvalue()
     [(title, endpoints)] = shown
     first = int(endpoints[0].rsplit(":", 1)[1])
+    assert first >= 23557
     assert endpoints == [f"tcp://127.0.0.1:{first + i}" for i in range(3)]
     assert title.endswith(f"a fleet of 3 on tcp://127.0.0.1:{first}-{first + 2}")
     # the draft's ids where SGLang reads them, but for every third engine

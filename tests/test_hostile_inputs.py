@@ -543,6 +543,24 @@ def test_keys_are_written_both_or_neither(tmp_path, capsys, monkeypatch) -> None
     assert sorted(os.listdir(d)) == ["server.key", "server.key_secret"]  # no laptop half, no staging dir
 
 
+def test_keys_never_replace_a_pair_unless_forced(tmp_path, capsys) -> None:
+    """Replacing a pair locks out every peer that trusts its public key: refused in one line, the
+    old pair untouched, half a pair included; --force replaces it."""
+    d = tmp_path / "keys"
+    assert _run(capsys, "keys", str(d), "server")[0] == 0
+    before = {p: (d / p).read_bytes() for p in ("server.key", "server.key_secret")}
+    code, _, err = _run(capsys, "keys", str(d), "server")
+    _one_line(code, err, "server.key exists: replacing it locks out every peer that trusts that key (--force")
+    assert {p: (d / p).read_bytes() for p in before} == before and sorted(os.listdir(d)) == sorted(before)
+    (d / "server.key").unlink()  # half a pair is still somebody's
+    code, _, err = _run(capsys, "keys", str(d), "server")
+    _one_line(code, err, "server.key_secret exists")
+    code, _, err = _run(capsys, "keys", str(d), "server", "--force")
+    assert code == 0, err
+    assert (d / "server.key_secret").read_bytes() != before["server.key_secret"]
+    assert sorted(os.listdir(d)) == ["server.key", "server.key_secret"]
+
+
 @pytest.mark.parametrize("name", ["../escape", "a/b", ".", ""])
 def test_keys_name_must_be_a_file_name(tmp_path, capsys, name) -> None:
     code, _, err = _run(capsys, "keys", str(tmp_path), name)

@@ -56,11 +56,14 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Server:
     """``python -m vllm.entrypoints.openai.api_server`` in its own process group, publishing."""
 
-    def __init__(self, pair: Path, draft: str, log: Path, **env: str) -> None:
+    def __init__(
+        self, pair: Path, draft: str, log: Path, spec: dict[str, Any] | None = None, **env: str
+    ) -> None:
         self.port, self.pub = free_port(), free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.pub}"
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
+        self.pause = Path(env.get("EAGLE3_TOP_PAUSE_FILE", "/nonexistent"))
         iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
         full = {
             **os.environ,
@@ -70,10 +73,10 @@ class Server:
             **({"LD_PRELOAD": str(iomp)} if iomp.exists() else {}),
             **env,
         }
-        spec = json.dumps({"method": "eagle3", "model": str(pair / draft), "num_speculative_tokens": 3})
+        spec = spec or {"method": "eagle3", "model": str(pair / draft), "num_speculative_tokens": 3}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(pair / "target"),
-             "--speculative-config", spec, "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
+             "--speculative-config", json.dumps(spec), "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
              "--port", str(self.port)],
             stdout=log.open("w"), stderr=subprocess.STDOUT, env=full, start_new_session=True,
         )  # fmt: skip
@@ -128,7 +131,8 @@ class Server:
 
 @pytest.fixture(scope="module")
 def healthy(pair: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(pair, "draft-no-embed-vllm", tmp_path_factory.mktemp("logs") / "healthy.log")
+    logs = tmp_path_factory.mktemp("logs")
+    s = Server(pair, "draft-no-embed-vllm", logs / "healthy.log", EAGLE3_TOP_PAUSE_FILE=str(logs / "pause"))
     try:
         assert s.ready(), s.log_text()[-3000:]
         yield s
@@ -264,6 +268,27 @@ def test_check_passes_the_vllm_convention_draft_and_the_monitor_shows_it(healthy
     assert src["acceptance"]["request_steps"] > 0 and src["acceptance"]["accept_length"] > 3.0
 
 
+def test_the_pause_file_stops_recording_without_a_restart(healthy: Server, pair: Path) -> None:
+    """While the pause file exists the health events say paused and no step is published, however
+    much is served; removing it brings the steps back."""
+    stream = Stream(healthy.endpoint)
+    try:
+        stream.pump(lambda: stream.hello is not None)
+        healthy.pause.touch()
+        # the tracer looks for the file on the serving path (twice a second at most): traffic finds it
+        serve_all(healthy, pair, clients=4)
+        stream.pump(lambda: stream.health is not None and stream.health.paused)
+        assert stream.accepted == []  # nothing of that traffic was published
+        healthy.pause.unlink()
+        serve_all(healthy, pair, clients=4)
+        stream.pump(
+            lambda: stream.health is not None and not stream.health.paused and len(stream.accepted) > 0
+        )
+    finally:
+        healthy.pause.unlink(missing_ok=True)
+        stream.close()
+
+
 def test_probe_replays_training_samples_through_vllm(healthy: Server, pair: Path) -> None:
     r = run_cli("probe", "--server", healthy.url, "--endpoint", healthy.endpoint, "--manifest",
                 str(pair / "draft-no-embed.manifest.json"), "--json", "--timeout", "300")  # fmt: skip
@@ -276,13 +301,20 @@ def test_the_sglang_convention_draft_is_served_one_block_early(pair: Path, tmp_p
     """The draft SpecForge wrote for SGLang: vLLM reads eagle_config's [0, 2, 5] as its own convention.
     The guard, in warn mode, says so in vLLM's log at start-up; check fails with the fix for vLLM."""
     manifest = str(pair / "draft-no-embed.manifest.json")
+    keys = tmp_path / "keys"
+    for name in ("server", "laptop"):  # CURVE, as for SGLang: the server admits the laptop's key only
+        assert run_cli("keys", str(keys / name), name).returncode == 0
     s = Server(pair, "draft-no-embed", tmp_path / "sglang-convention.log",
-               EAGLE3_TOP_GUARD_MANIFEST=manifest, EAGLE3_TOP_GUARD="warn")  # fmt: skip
+               EAGLE3_TOP_GUARD_MANIFEST=manifest, EAGLE3_TOP_GUARD="warn",
+               EAGLE3_TOP_CURVE_SECRET=str(keys / "server" / "server.key_secret"),
+               EAGLE3_TOP_CURVE_CLIENTS=str(keys / "laptop"))  # fmt: skip
+    curve = ["--curve-server-key", str(keys / "server" / "server.key"),
+             "--curve-client-secret", str(keys / "laptop" / "laptop.key_secret")]  # fmt: skip
     try:
         assert s.ready(), s.log_text()[-3000:]
         assert "eagle3-top guard: LAYER_MAP_MISMATCH" in s.log_text()
         r = under_load(s, pair, lambda: run_cli("check", s.endpoint, "--manifest", manifest, "--json",
-                                               "--steps", "20", "--timeout", str(HANG_GUARD_S)))  # fmt: skip
+                                               "--steps", "20", "--timeout", str(HANG_GUARD_S), *curve))  # fmt: skip
     finally:
         s.stop()
     assert r.returncode == 1, r.stdout
@@ -336,6 +368,26 @@ def test_the_embedding_draft_crash_is_named_before_it_and_reported_when_it_comes
     (f,) = [f for f in json.loads(r.stdout)["findings"] if f["severity"] == "error"]
     assert f["code"] == "LAYER_MAP_MISMATCH" and "fails at the first request" in f["message"]
     assert f["message"].startswith("the engine crashed")  # the crash is folded into its cause
+
+
+def test_another_method_is_published_as_itself_and_not_judged_as_eagle3(pair: Path, tmp_path: Path) -> None:
+    """vLLM's n-gram speculation on the same target: the hello says NGRAM, its steps flow, and a
+    check against the EAGLE-3 draft's manifest fails on that alone (no layer findings)."""
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    s = Server(pair, "", tmp_path / "ngram.log", spec=spec)
+    stream = Stream(s.endpoint)
+    try:
+        assert s.ready(), s.log_text()[-3000:]
+        stream.pump(lambda: stream.hello is not None)
+        r = under_load(s, pair, lambda: run_cli("check", s.endpoint, "--manifest", str(pair / "draft-no-embed.manifest.json"),
+                                               "--json", "--steps", "10", "--timeout", str(HANG_GUARD_S)))  # fmt: skip
+    finally:
+        stream.close()
+        s.stop()
+    h = stream.hello
+    assert h is not None and h.algorithm == "NGRAM" and h.effective is not None and h.effective.num_steps == 3
+    assert r.returncode == 1, r.stdout
+    assert [f["code"] for f in json.loads(r.stdout)["findings"]] == ["SPECULATION_NOT_EAGLE3"]
 
 
 def test_the_guard_stops_vllm_before_the_first_request(pair: Path, tmp_path: Path) -> None:

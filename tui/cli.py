@@ -25,6 +25,8 @@ eagle3-top relay --bind E --connect E ... [--record FILE]   many publishers fann
 """
 
 EXIT_INTERRUPTED = 130
+# The reader of our output went away (``--json | head``): what a process killed by SIGPIPE reports.
+EXIT_PIPE = 141
 # A command whose name is no Python identifier, and its module in tui/commands.
 MODULES = {"serve-web": "serve_web"}
 
@@ -46,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C is the user's answer, not a crash: no traceback, the conventional status.
         print("eagle3-top: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # every command's output may be cut short by its reader: no traceback, for any of them
+        from .commands.report import quiet_stdout
+
+        quiet_stdout()
+        return EXIT_PIPE
 
 
 def entry() -> None:

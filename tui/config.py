@@ -17,6 +17,7 @@ from typing import Any
 
 from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
+from eagle3_top.tracer.files import open_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,7 +72,7 @@ def load_config(explicit: str | None = None, env: Mapping[str, str] = os.environ
     if path is None:
         return Config()
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         if named:

@@ -15,6 +15,7 @@ import unicodedata
 from functools import lru_cache
 from typing import Any
 
+from eagle3_top.tracer.files import open_regular
 from eagle3_top.tracer.schema.text import printable
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -33,19 +34,25 @@ class TokenizerError(Exception):
     """A tokenizer could not be read; the message is the one line the user gets."""
 
 
+MAX_TOKENIZER_BYTES = 256 << 20  # the largest published tokenizer.json is a few tens of MB
+
+
 def tokenizer_file(path: str) -> str:
-    """The ``tokenizer.json`` that ``path`` names: the file itself, or the one in that directory."""
+    """The ``tokenizer.json`` that ``path`` names: the file itself, or the one in that directory; a
+    regular file of bounded size (the tokenizers library would read a FIFO or a device forever)."""
     try:
-        if os.path.isdir(path):
-            file = os.path.join(path, TOKENIZER_FILE)
-            if not os.path.isfile(file):
-                raise TokenizerError(f"{path}: no {TOKENIZER_FILE} in this directory")
-            return file
-        if os.path.isfile(path):
-            return path
+        file = os.path.join(path, TOKENIZER_FILE) if os.path.isdir(path) else path
     except ValueError:  # a NUL in the path
-        pass
-    raise TokenizerError(f"{path}: no such file or directory")
+        raise TokenizerError(f"{path!r}: not a file name") from None
+    try:
+        open_regular(file, MAX_TOKENIZER_BYTES).close()
+    except FileNotFoundError:
+        if file != path:
+            raise TokenizerError(f"{path}: no {TOKENIZER_FILE} in this directory") from None
+        raise TokenizerError(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise TokenizerError(f"{file}: {exc.strerror or exc}") from None
+    return file
 
 
 class TokenText:

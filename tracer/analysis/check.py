@@ -88,6 +88,7 @@ class CheckResult:
     last_undecodable: str | None = None
     notes: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)  # evidence known to be missing (a damaged recording)
+    unheard: list[str] = field(default_factory=list)  # endpoints named that no source was heard through
     read_whole: bool = False  # a replay read the recording to its end
 
     @property
@@ -98,7 +99,9 @@ class CheckResult:
     def verdict(self) -> str:
         if has_errors(self.findings):
             return FINDINGS
-        return OK if self.complete and not self.undecodable and not self.lost else PARTIAL
+        return (
+            OK if self.complete and not self.undecodable and not self.lost and not self.unheard else PARTIAL
+        )
 
     def note_recording(self, report: RecordingReport) -> None:
         """A hole in the middle of a recording (a bad chunk, damaged bytes stepped over, a summary
@@ -127,13 +130,18 @@ class Enough:
         if ev.hello is None:
             out.append("no hello (the server's wiring is unknown)")
         if ev.steps < self.min_steps:
-            out.append(f"{ev.steps} of {self.min_steps} verify steps")
+            out.append(f"verify steps: {ev.steps} seen, {self.min_steps} asked for (--min-steps)")
+        elif self.min_steps and not ev.acceptance.request_steps and (ev.hello is None or ev.hello.speculates):
+            # steps of batch 0 carry no request: no acceptance was seen, whatever their number
+            out.append(
+                f"request-steps: none in its {ev.steps} verify steps (each of batch 0): no acceptance seen"
+            )
         if (
             self.manifest is not None
             and ev.aux_merged.rows < MIN_AUX_ROWS
             and (ev.hello is None or ev.hello.captures_aux())
         ):
-            out.append(f"{ev.aux_merged.rows} of {MIN_AUX_ROWS} aux rows (the layer-map checks)")
+            out.append(f"aux rows: {ev.aux_merged.rows} seen, {MIN_AUX_ROWS} needed by the layer-map checks")
         if ev.malformed and not ev.steps:
             out.append(f"its {ev.malformed} frame(s) failed the schema ({ev.last_malformed})")
         return out
@@ -233,7 +241,7 @@ class Watch:
             return True  # a crash is certain now: no reason to wait out the timeout
         return bool(sources) and all(self.enough.done(ev) or ev.key in self.gone for ev in sources)
 
-    def result(self, ledger: FrameLedger, waited: float, nothing_heard: str) -> CheckResult:
+    def result(self, ledger: FrameLedger | PerEndpoint, waited: float, nothing_heard: str) -> CheckResult:
         """The verdict; ``NoStream(nothing_heard)`` when no source ever said hello."""
         sources = self.book.sources
         if not any(s.hello is not None or s.health is not None for s in sources.values()):
@@ -271,15 +279,19 @@ def watch(
     gone_after_s: float = GONE_AFTER_S,
     subscriber: Subscriber | None = None,
 ) -> CheckResult:
-    """Watch until every source is done, gone or crashed, or the timeout; then judge."""
+    """Watch until every source is done, gone or crashed, or the timeout; then judge. Every endpoint
+    named must be heard: one through which no source said anything makes the verdict partial, and is
+    named (``CheckResult.unheard``)."""
     w = Watch(Enough(steps, steps if min_steps is None else min_steps, manifest, thresholds), gone_after_s)
-    sub = subscriber or Subscriber(endpoints, curve=curve)
+    sub: Subscriber | PerEndpoint = subscriber or PerEndpoint(endpoints, curve)
+    # a subscriber handed in (one socket for all) cannot say which endpoint was heard
+    all_heard = sub.all_heard if isinstance(sub, PerEndpoint) else (lambda: True)
     t0 = time.monotonic()
     deadline = t0 + timeout
     next_progress = t0 + 1.0
     try:
         while time.monotonic() < deadline:
-            if w.fold(sub.poll(50), time.time(), sub.count_malformed):
+            if w.fold(sub.poll(50), time.time(), sub.count_malformed) and all_heard():
                 break
             if progress is not None and time.monotonic() >= next_progress:
                 next_progress += 1.0
@@ -288,11 +300,66 @@ def watch(
         if subscriber is None:
             sub.close()
     states = ", ".join(f"{ep} {st}" for ep, st in sub.endpoints.items())
-    return w.result(
+    result = w.result(
         sub,
         time.monotonic() - t0,
         f"no hello within {timeout:g}s from {states}: is the server publishing there?",
     )
+    result.unheard = sub.unheard() if isinstance(sub, PerEndpoint) else []
+    return result
+
+
+class PerEndpoint:
+    """One subscriber per endpoint (a SUB socket connected to several cannot say which one a frame
+    came from), polled together; what each endpoint delivered is kept, so an endpoint that never
+    answered is named instead of vanishing from a verdict. Sums the subscribers' counts."""
+
+    def __init__(self, endpoints: list[str], curve: CurveClient | None) -> None:
+        import zmq
+
+        self.subs = [Subscriber([ep], curve=curve) for ep in endpoints]
+        self.heard: dict[str, int] = dict.fromkeys(endpoints, 0)  # events that named a source
+        self.malformed, self.counted, self.evicted_sources = 0, 0, 0
+        self.last_malformed: str | None = None
+        self._poller = zmq.Poller()
+        for s in self.subs:
+            self._poller.register(s.socket, zmq.POLLIN)
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        return {ep: st for s in self.subs for ep, st in s.endpoints.items()}
+
+    def poll(self, timeout_ms: int = 100) -> list[Event]:
+        self._poller.poll(timeout_ms)
+        out: list[Event] = []
+        for s in self.subs:
+            got = s.poll(0)  # also reads its endpoint's state (connected, refused, ...)
+            if got:
+                ep = next(iter(s.endpoints))
+                self.heard[ep] += len(got)
+                out.extend(got)
+        self.malformed = sum(s.malformed for s in self.subs) + self.counted
+        self.last_malformed = next(
+            (s.last_malformed for s in self.subs if s.last_malformed), self.last_malformed
+        )
+        self.evicted_sources = max((s.evicted_sources for s in self.subs), default=0)
+        return out
+
+    def count_malformed(self, reason: str) -> None:
+        self.counted += 1
+        self.malformed += 1
+        self.last_malformed = reason
+
+    def all_heard(self) -> bool:
+        return all(self.heard.values())
+
+    def unheard(self) -> list[str]:
+        states = self.endpoints
+        return [f"{ep}: nothing heard ({states.get(ep, 'unknown')})" for ep, n in self.heard.items() if not n]
+
+    def close(self) -> None:
+        for s in self.subs:
+            s.close()
 
 
 def judge_recording(

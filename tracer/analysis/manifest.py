@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import Any, NoReturn
 
 import numpy as np
+from eagle3_top.tracer.files import open_regular
 from eagle3_top.tracer.schema import BONUS, DecodeError, Fingerprint, VocabSummary
 from eagle3_top.tracer.schema.tolerant import R, Record, as_str
 from eagle3_top.tracer.serving.fingerprint import SKETCH_DIM
@@ -90,8 +91,8 @@ def read_json(
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     try:
-        with open(path, "rb") as f:
-            raw = f.read(max_bytes + 1)  # bounded: the path may be a FIFO or /dev/zero
+        with open_regular(path) as f:  # not a FIFO or a device; bounded: it may be huge
+            raw = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise ManifestError(f"{path}: {what} not found") from None
     except OSError as exc:

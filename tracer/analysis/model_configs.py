@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3_top.tracer.engines.base import MAX_IDS
+from eagle3_top.tracer.files import kind_of
 
 from .manifest import ManifestError, read_json
 
@@ -40,7 +41,7 @@ def read_config(directory: str, what: str) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{path}: not a regular file")
+        raise ConfigError(f"{path}: {kind_of(st.st_mode)}, not a file")
     try:
         return read_json(path, f"{what} config")
     except ManifestError as exc:
@@ -178,8 +179,9 @@ def safetensors_shapes(directory: str) -> dict[str, list[int]]:
     for name in names:
         path = os.path.join(directory, name)
         try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                raise ConfigError(f"{path}: not a regular file")
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigError(f"{path}: {kind_of(mode)}, not a file")
             with open(path, "rb") as f:
                 head = f.read(8)
                 if len(head) != 8:

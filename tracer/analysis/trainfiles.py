@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from eagle3_top.tracer.files import FileProblem, open_regular
 
 SUFFIXES = (".ckpt", ".ckpt.gz", ".pt")
 MAX_TOKEN_ID = (1 << 31) - 1
@@ -75,6 +76,8 @@ def torch_load(path: str) -> Any:
             return _torch_load(torch, path)
     except TrainFileError:
         raise
+    except FileProblem as exc:  # a FIFO, a device, a link loop: already one line
+        raise TrainFileError(str(exc)) from None
     except pickle.UnpicklingError as exc:
         raise TrainFileError(
             f"{path}: refused to unpickle (not a plain tensor dict): {_refusal(exc)}"
@@ -120,11 +123,11 @@ def _sniff(path: str, head: bytes) -> None:
 
 def _torch_load(torch: Any, path: str) -> Any:
     if path.endswith(".gz"):
-        with gzip.open(path, "rb") as f:
+        with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) as f:
             data = io.BytesIO(f.read())
         _sniff(path, data.getvalue()[:4])
         return torch.load(data, map_location="cpu", weights_only=True)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or a device would hang torch's reader
         head = f.read(4)
     _sniff(path, head)
     # mmap spares a copy; only the zip container supports it

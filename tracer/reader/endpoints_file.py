@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from eagle3_top.tracer.files import open_regular
 from eagle3_top.tracer.schema import printable
 from eagle3_top.tracer.transport.endpoints import endpoint_list
 
@@ -98,7 +99,7 @@ class EndpointsFile:
         """The file's signature and text, or EndpointsFileError. The signature is taken before the
         read, so a write during the read is seen by the next poll."""
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 sig = _signature(os.fstat(f.fileno()))
                 data = f.read(MAX_BYTES + 1)
         except OSError as exc:

@@ -100,6 +100,11 @@ class Subscriber(FrameLedger):
         for ep in endpoints:
             self.add_endpoint(ep)
 
+    @property
+    def socket(self) -> zmq.Socket:
+        """The SUB socket, for a caller that polls several subscribers together."""
+        return self._sock
+
     def add_endpoint(self, endpoint: str) -> None:
         if "://" not in endpoint:
             endpoint = f"tcp://{endpoint}"

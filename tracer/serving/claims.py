@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from eagle3_top.tracer.files import open_regular
 from eagle3_top.tracer.schema import DraftClaims
 
 METRICS_FILE = "training_metrics.json"
@@ -73,7 +74,7 @@ def draft_claims(draft_path: str | None) -> DraftClaims | None:
         return None
     path = os.path.join(draft_path, METRICS_FILE)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             raw = f.read(MAX_METRICS_BYTES + 1)
         if len(raw) > MAX_METRICS_BYTES:
             return None

@@ -39,6 +39,20 @@ class EndpointError(ValueError):
     pass
 
 
+def reachable_from_elsewhere(endpoint: str) -> bool:
+    """A TCP endpoint bound to anything but a loopback address (a wildcard, an interface, a name)."""
+    transport, _, rest = endpoint.partition("://")
+    if transport != "tcp":
+        return False
+    host = rest.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
 def check_bind_endpoint(endpoint: str, allow_remote: bool = False) -> None:
     """Refuse to bind a TCP endpoint reachable from other hosts unless asked to."""
     if "://" not in endpoint:
@@ -51,16 +65,8 @@ def check_bind_endpoint(endpoint: str, allow_remote: bool = False) -> None:
             raise EndpointError(
                 f"{endpoint!r}: port {port or '(none)'} is not 0-65535 (0 or * picks a free one)"
             )
-    if transport != "tcp" or allow_remote:
+    if allow_remote or not reachable_from_elsewhere(endpoint):
         return
-    host = rest.rsplit(":", 1)[0].strip("[]")
-    if host in ("localhost",):
-        return
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return
-    except ValueError:
-        pass
     raise EndpointError(
         f"refusing to bind {endpoint}: not a loopback address; pass allow_remote "
         "(--allow-remote) and prefer CURVE or an SSH tunnel (docs/protocol.md)"
@@ -157,6 +163,14 @@ class Publisher(TracerState):
             sock.close(0)
             raise
         self.bound_endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        if curve is None and reachable_from_elsewhere(endpoint):
+            # allowed (allow_remote), but anyone who reaches the port reads the stream: say so, once
+            log.warning(
+                "eagle3-top publisher %s: reachable from other hosts and not encrypted: anyone who can "
+                "reach the port reads the stream; give it a CURVE secret (--curve-secret, "
+                "EAGLE3_TOP_CURVE_SECRET) or bind 127.0.0.1 behind an SSH tunnel",
+                endpoint,
+            )
         if self.admission is not None:
             self.admission.label = self.bound_endpoint
         self._sock: zmq.Socket | None = sock

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer.engines.base import Engine
+from eagle3_top.tracer.files import open_regular
 from eagle3_top.tracer.schema import AuxWiring, Hello, ModelInfo, Rewrite, SpecConfig, VocabSummary
 from eagle3_top.tracer.serving.claims import draft_claims
 
@@ -66,7 +67,7 @@ def draft_config_as_written(draft_path: str | None, draft_model: Any = None) -> 
     if draft_path:
         for path in _config_candidates(draft_path):
             try:
-                with open(path, "rb") as f:
+                with open_regular(path) as f:
                     raw = f.read(MAX_CONFIG_BYTES + 1)
                 if len(raw) > MAX_CONFIG_BYTES:
                     continue

@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 import zmq.auth
+from eagle3_top.tracer.files import open_regular
 from zmq.utils import z85
 
 log = logging.getLogger("eagle3_top.publisher")
@@ -73,7 +74,14 @@ def generate(directory: str, name: str) -> tuple[str, str]:
     return str(public), str(secret)
 
 
+MAX_CERTIFICATE_BYTES = 64 << 10  # a certificate is a few hundred bytes
+
+
 def _certificate(path: str) -> tuple[bytes, bytes | None]:
+    try:  # a regular file of a certificate's size: /dev/zero would be read until memory runs out
+        open_regular(path, MAX_CERTIFICATE_BYTES).close()
+    except OSError as exc:
+        raise KeyError_(f"{path}: {exc.strerror or exc}") from None
     try:
         public, secret = zmq.auth.load_certificate(path)
         # a mangled key would otherwise surface later as a bare EINVAL from setsockopt

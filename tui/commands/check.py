@@ -38,7 +38,8 @@ exit codes:
   1  an error finding, an engine that crashed among them
   2  usage, input or connection problems: nothing was heard (one line on stderr)
   3  partial evidence: no error seen, but a source showed too little (idle, gone, unreadable
-     frames); --allow-partial turns this into 0
+     frames, no request in its steps), or an endpoint named was never heard (it is named);
+     --allow-partial turns this into 0
 """
 
 
@@ -120,19 +121,23 @@ def print_text(result: CheckResult, code: int, allow_partial: bool) -> None:
         print(f"{result.undecodable} frame(s) named no source: {safe(result.last_undecodable or '')}")
     for line in result.lost:
         print(f"evidence lost: {safe(line)}")
+    for line in result.unheard:
+        print(f"endpoint {safe(line)}")
     for line in finding_lines(result.findings):
         print(line)
     n = len(result.reports)
     if code == EXIT_FINDINGS:
-        errors = sum(f.severity == "error" for f in result.findings)
-        print(f"FAIL: {errors} error finding(s) on {n} source(s) after {result.waited_s:.1f}s")
+        errors = [f for f in result.findings if f.severity == "error"]
+        on = len({f.source for f in errors})
+        print(f"FAIL: {len(errors)} error finding(s) on {on} of {n} source(s) after {result.waited_s:.1f}s")
     elif result.verdict == "partial":
         short = sum(not r.complete for r in result.reports)
         tail = " (allowed by --allow-partial)" if allow_partial else ""
         print(
             f"PARTIAL: no error seen, but {short} of {n} source(s) showed too little"
             f"{' and some frames named no source' if result.undecodable else ''}"
-            f"{' and part of the recording was unreadable' if result.lost else ''}{tail}"
+            f"{' and part of the recording was unreadable' if result.lost else ''}"
+            f"{f' and {len(result.unheard)} endpoint(s) said nothing' if result.unheard else ''}{tail}"
         )
     else:
         extra = f", {len(result.findings)} warning/info finding(s)" if result.findings else ", no findings"
@@ -221,6 +226,7 @@ def main(argv: list[str]) -> int:
                     "sources": [r.to_json() for r in result.reports],
                     "undecodable_frames": result.undecodable,
                     "lost_evidence": result.lost,
+                    "unheard_endpoints": result.unheard,
                     "findings": [f.to_json() for f in result.findings],
                     "notes": result.notes,
                 },

@@ -155,6 +155,7 @@ class Demo:
         *,
         rate: float = DEMO_RATE,
         fleet: int | None = None,
+        first_port: int = FLEET_FIRST_PORT,
         build_manifest: bool = True,
         engine_args: Sequence[str] = (),
         start_timeout_s: float = START_TIMEOUT_S,
@@ -165,6 +166,7 @@ class Demo:
     ) -> None:
         self.rate = rate
         self.fleet = fleet
+        self.first_port = first_port
         self.title = "eagle3-top demo — healthy vs ids-not-read"
         self.build_manifest = build_manifest
         self.engine_args = list(engine_args)
@@ -359,7 +361,7 @@ class Demo:
 
     def fleet_endpoints(self, n: int) -> list[str]:
         """One range, expanded as the monitor expands one given on its command line."""
-        first = free_port_run(n)
+        first = free_port_run(n, self.first_port)
         fleet = f"tcp://127.0.0.1:{first}-{first + n - 1}"
         self.title = f"eagle3-top demo — a fleet of {n} on {fleet}"
         self.say(f"a fleet of {n} engines on {fleet}, every third one mis-wired")
@@ -548,6 +550,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"N engines (2 to {MAX_FLEET}) on consecutive ports from {FLEET_FIRST_PORT}, every third one "
         "mis-wired, and the monitor on that port range",
     )
+    ap.add_argument(
+        "--port",
+        type=fleet_port,
+        default=FLEET_FIRST_PORT,
+        metavar="P",
+        help=f"with --fleet: the first port to try (default {FLEET_FIRST_PORT}; the next free run of N from there)",
+    )
     ap.add_argument("--no-manifest", action="store_true", help="skip building the training manifest")
     ap.add_argument(
         "--engine-arg",
@@ -573,6 +582,13 @@ def fleet_size(text: str) -> int:
     return n
 
 
+def fleet_port(text: str) -> int:
+    port = int(text) if text.isdigit() else 0
+    if not 1024 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port from 1024 to 65535")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
@@ -583,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         Demo(
             rate=ns.rate or (DEMO_RATE if ns.fleet is None else FLEET_RATE),
             fleet=ns.fleet,
+            first_port=ns.port,
             build_manifest=not ns.no_manifest,
             engine_args=ns.engine_arg,
             start_timeout_s=ns.start_timeout,

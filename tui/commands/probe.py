@@ -21,11 +21,15 @@ def _fail(msg: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="eagle3-top probe",
-        description="Send training samples to the server's /generate with probe rids, read their aux rows "
-        "from the stream and compare them with training, slot by slot.",
+        description="Send training samples to the server with probe rids (SGLang's /generate; vLLM's "
+        "/v1/completions, chosen by the engine the stream's hello names), read their aux rows from the "
+        "stream and compare them with training, slot by slot.",
     )
     p.add_argument(
-        "--server", required=True, metavar="URL", help="SGLang HTTP server, e.g. http://127.0.0.1:30000"
+        "--server",
+        required=True,
+        metavar="URL",
+        help="the server's HTTP address, e.g. http://127.0.0.1:30000 (SGLang) or :8000 (vLLM)",
     )
     p.add_argument(
         "--endpoint", required=True, action="append", metavar="ENDPOINT",

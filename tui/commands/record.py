@@ -15,7 +15,7 @@ from eagle3_top.tracer.transport.curve_flags import client_from as curve_from
 
 from .args import positive_float
 from .endpoint_args import add_endpoint_arguments, endpoints_from
-from .report import EXIT_FINDINGS, EXIT_OK, fail, parse
+from .report import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail, parse
 from .stop_signal import StopSignal
 
 PROG = "eagle3-top record"
@@ -90,11 +90,16 @@ def main(argv: list[str]) -> int:
     # about a fifth of the one-core rate (benchmarks/bench_record_e2e.py)
     gaps = SeqGaps()
     error: str | None = None
+    refused: dict[str, str] = {}  # endpoint -> why its server refused us (said once, as it happens)
     print(f"{PROG}: recording {', '.join(endpoints)} to {ns.output}", file=sys.stderr)
     try:
         while not stop.stopped and (deadline is None or time.monotonic() < deadline):
             for ep, sub in subs:
                 batch = sub.recv_frames(wait_ms)
+                state = sub.endpoints.get(ep, "")
+                if state.startswith("refused") and ep not in refused:
+                    refused[ep] = state
+                    print(f"{PROG}: {ep}: {state}: nothing of it is recorded", file=sys.stderr)
                 # one receive time for the batch: they were all queued by the time poll returned
                 recv_ns = time.time_ns()
                 for frame in batch:
@@ -138,4 +143,8 @@ def main(argv: list[str]) -> int:
     )
     for (ep, src), loss in gaps.losses().items():
         print(f"{PROG}:   {src} via {ep}: {loss.describe()}", file=sys.stderr)  # src: printable already
+    if refused:  # a connection problem, not a recording: the exit status says so, as check's does
+        print(f"{PROG}: refused by {len(refused)} of {len(endpoints)} endpoint(s): {', '.join(refused)}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     return EXIT_OK

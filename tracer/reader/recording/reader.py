@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from io import BytesIO
 from typing import Any, BinaryIO, NamedTuple
 
+from eagle3_top.tracer.files import open_regular
 from eagle3_top.tracer.reader.recording.chunk_data import chunk_records, decompressed
 from eagle3_top.tracer.reader.recording.resync import CHUNK_FIXED, MAGIC, find_chunk, find_data_end
 from eagle3_top.tracer.reader.recording.writer import PROFILE
@@ -202,7 +203,7 @@ class RecordingReader:
     def _open(self) -> BinaryIO:
         if os.path.isdir(self.path):
             raise NotARecording(f"{self.path}: a directory, not a recording")
-        return open(self.path, "rb")
+        return open_regular(self.path)
 
     def _scan(self, final: bool) -> Iterator[RecordedFrame]:
         if self._done:

@@ -40,7 +40,16 @@ def _open_for_recording(path: str, exclusive: bool) -> BinaryIO:
     """Open ``path`` for writing under an advisory lock, truncating only once the lock is ours, so
     a second recorder aimed at the same file (even with --force) fails without harming the first.
     ``exclusive``: the file must not exist yet (created atomically: no check-then-create race)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else 0), 0o644)
+    try:
+        # not blocking: a FIFO nobody reads would hold the open forever (ENXIO instead)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_EXCL if exclusive else 0), 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "a FIFO (named pipe) that nobody reads", path) from None
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a loop of symbolic links", path) from None
+        raise
+    os.set_blocking(fd, True)
     try:
         try:
             import fcntl
