@@ -181,9 +181,14 @@ def test_two_hundred_thousand_slots_are_refused_at_once(tmp_path, capsys) -> Non
     _one_line(code, err, "aux.concat_order: expected 1 to 1024 entries, got 200000")
 
 
-def test_an_endless_or_huge_file_is_refused_by_size(capsys) -> None:
-    code, _, err = _run(capsys, "manifest", "show", "/dev/zero")
-    _one_line(code, err, "/dev/zero: manifest is larger than 64 MiB")
+def test_an_endless_or_huge_file_is_refused_by_size(capsys, tmp_path) -> None:
+    code, _, err = _run(capsys, "manifest", "show", "/dev/zero")  # endless: not even opened for reading
+    _one_line(code, err, "/dev/zero: cannot read the manifest: a character device, not a file")
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate(65 << 20)  # sparse: 65 MiB on paper, nothing on disk
+    code, _, err = _run(capsys, "manifest", "show", str(huge))
+    _one_line(code, err, f"{huge}: manifest is larger than 64 MiB")
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,13 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("export") / "pair"
     r = export(out, "--prompts", "4", "--new-tokens", "12")
     assert r.returncode == 0, r.stderr
+    # a stage a line, with the seconds since the start: a long export is never silent
+    stages = [
+        ln.split("] ", 1)[1] for ln in r.stderr.splitlines() if ln.startswith("eagle3-top toy export: [")
+    ]
+    assert stages[0] == "the target and the drafts (safetensors)" and stages[-1] == "done"
+    assert "draft: its training manifest (toy gen-data, then manifest build, as a user runs them)" in stages
+    assert "the built-in engine's accept length with draft-ids-not-read" in stages
     return out
 
 

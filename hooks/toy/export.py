@@ -31,6 +31,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -241,7 +243,9 @@ REFERENCE_SPEC = (3, 1, 4)  # steps, topk, draft tokens: the chain the served co
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]  # by module name: the engine imports nothing of it
 
 
-def built_in_accept_lengths(prompts: int, new_tokens: int) -> dict[str, float]:
+def built_in_accept_lengths(
+    prompts: int, new_tokens: int, say: Callable[[str], None] = lambda _s: None
+) -> dict[str, float]:
     """The accept length the built-in engine reaches with each bundled draft on the workload
     (request-steps' mean, as SGLang's completion_tokens / spec_verify_ct per request averages)."""
     from .engine import ToyEagle3Engine
@@ -250,6 +254,7 @@ def built_in_accept_lengths(prompts: int, new_tokens: int) -> dict[str, float]:
     steps, topk, ndt = REFERENCE_SPEC
     out = {}
     for name in bundled_drafts():
+        say(f"the built-in engine's accept length with {name}")
         engine = ToyEagle3Engine(
             draft_path=os.path.join(weights_dir(), name),
             spec=SpecArgs("EAGLE3", steps, topk, ndt),
@@ -262,11 +267,23 @@ def built_in_accept_lengths(prompts: int, new_tokens: int) -> dict[str, float]:
     return out
 
 
-def write_manifests(out: str) -> list[str]:
+class Progress:
+    """One line on stderr per stage, with the seconds since the export began: the stages take from
+    a second to minutes on a busy machine, and a silent command looks hung."""
+
+    def __init__(self, prog: str) -> None:
+        self.prog, self.t0 = prog, time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        print(f"{self.prog}: [{time.monotonic() - self.t0:5.1f}s] {what}", file=sys.stderr, flush=True)
+
+
+def write_manifests(out: str, say: Callable[[str], None] = lambda _s: None) -> list[str]:
     """``DIR/<draft>.manifest.json`` for each trained draft, built as a user builds one: the real
     ``toy gen-data`` and ``manifest build`` commands on the exported directories."""
     written = []
     for name, (ids, _) in DRAFTS.items():
+        say(f"{name}: its training manifest (toy gen-data, then manifest build, as a user runs them)")
         ddir, path = os.path.join(out, name), os.path.join(out, f"{name}.manifest.json")
         with tempfile.TemporaryDirectory() as tmp:
             data = os.path.join(tmp, "hidden_states")
@@ -353,6 +370,8 @@ def main(argv: list[str]) -> int:
             elif os.path.lexists(path):
                 os.remove(path)
     os.makedirs(out, exist_ok=True)
+    say = Progress(prog)
+    say("the target and the drafts (safetensors)")
     drafts = [export_draft(out, name) for name in bundled_drafts()]
     num_layers = int(_config(target_dir())["num_hidden_layers"])
     drafts += [
@@ -365,18 +384,20 @@ def main(argv: list[str]) -> int:
     written.append(os.path.join(out, "drafts.json"))
     if not ns.models_only:
         try:
-            written += write_manifests(out)
+            written += write_manifests(out, say)
         except subprocess.CalledProcessError as exc:
             err = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
             print(f"{prog}: building a manifest failed: {err[-1] if err else exc}", file=sys.stderr)
             return 1
+        say(f"the workload: {ns.prompts} prompts and the target's greedy answers of {ns.new_tokens} tokens")
         work = workload(ns.prompts, ns.new_tokens)
-        work["built_in_accept_length"] = built_in_accept_lengths(ns.prompts, ns.new_tokens)
+        work["built_in_accept_length"] = built_in_accept_lengths(ns.prompts, ns.new_tokens, say)
         work["built_in_spec"] = dict(
             zip(("num_steps", "topk", "num_draft_tokens"), REFERENCE_SPEC, strict=True)
         )
         _write_json(os.path.join(out, "workload.json"), work)
         written.append(os.path.join(out, "workload.json"))
+    say("done")
     for d in written:
         print(d)
     for name, row in table.items():
