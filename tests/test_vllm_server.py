@@ -149,6 +149,7 @@ class Stream:
         self.accepted: list[int] = []
         self.widths: set[int] = set()
         self.health: Health | None = None
+        self.healths = 0  # health events received: one a second, in order with the steps
 
     def pump(self, until: Any) -> None:
         deadline = time.monotonic() + HANG_GUARD_S
@@ -162,6 +163,7 @@ class Stream:
                     self.widths.add(sv.n)
                 elif ev.kind == HEALTH:
                     self.health = Health.from_body(ev.body)
+                    self.healths += 1
         assert until(), "the stream never showed it"
 
     def close(self) -> None:
@@ -272,13 +274,24 @@ def test_the_pause_file_stops_recording_without_a_restart(healthy: Server, pair:
     """While the pause file exists the health events say paused and no step is published, however
     much is served; removing it brings the steps back."""
     stream = Stream(healthy.endpoint)
+    prompt = workload(pair)["prompts"][0]
     try:
         stream.pump(lambda: stream.hello is not None)
         healthy.pause.touch()
-        # the tracer looks for the file on the serving path (twice a second at most): traffic finds it
+        # the tracer looks for the file on the serving path, twice a second at most: serve until a
+        # health event says it has seen it (what it published before then is not the point)
+        while not (stream.health is not None and stream.health.paused):
+            healthy.complete(prompt, 8)
+            before = stream.healths
+            stream.pump(lambda before=before: stream.healths > before)
+        stream.accepted.clear()
         serve_all(healthy, pair, clients=4)
-        stream.pump(lambda: stream.health is not None and stream.health.paused)
-        assert stream.accepted == []  # nothing of that traffic was published
+        # health events follow the steps on the one socket: one sent after the traffic comes after
+        # any step it published
+        seen = stream.healths
+        stream.pump(lambda: stream.healths > seen + 1)
+        assert stream.health is not None and stream.health.paused
+        assert stream.accepted == []  # nothing of the traffic while paused was published
         healthy.pause.unlink()
         serve_all(healthy, pair, clients=4)
         stream.pump(
