@@ -4,7 +4,8 @@ Every file eagle3-top reads from outside (a manifest, a config.json, a CURVE cer
 tokenizer, a recording, an endpoints or metrics file) goes through here. A FIFO, a device
 (``/dev/zero``), a directory, a symbolic link loop or a file far larger than its kind ever is must
 not hang the reader, exhaust its memory or surface as a traceback: the open does not block (a FIFO
-opens at once, and is then refused as not a regular file), and no more than ``limit`` bytes are read.
+opens at once, and is then refused as not a regular file), a size over the caller's ``limit`` is
+refused before a byte is read, and each reader reads no more than its kind's bound.
 """
 
 from __future__ import annotations
@@ -75,13 +76,3 @@ def open_regular(path: str, limit: int | None = None) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-
-
-def read_regular(path: str, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes (``FileProblem`` otherwise). The file
-    may grow between the check and the read: no more than ``limit`` bytes are read either way."""
-    with open_regular(path, limit) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise FileProblem(path, f"more than the {limit:,} bytes such a file can be", errno.EFBIG)
-    return data

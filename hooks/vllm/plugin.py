@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +60,6 @@ STATE_ATTR = "_eagle3_top"  # the runner's own tracing state (``RunnerState``)
 HELD_ATTR = "_eagle3_top_step"  # (state, scheduler output, dt) on an async output until vLLM reads it
 
 _off = OffSwitch(log)
-_lock = threading.Lock()
 _registered = {"done": False}
 
 
@@ -238,8 +236,7 @@ def _start(runner: Any) -> Tracer | None:
     global_rank = r["dp_rank"] * r["tp_size"] * r["pp_size"] + r["pp_rank"] * r["tp_size"] + r["tp_rank"]
     if not publisher_rank and os.environ.get(ENV_ALL_RANKS) != "1":
         return None
-    with _lock:
-        tracer: Tracer = new_tracer(endpoint, global_rank, "vllm", curve, log)
+    tracer: Tracer = new_tracer(endpoint, global_rank, "vllm", curve, log)
     from .wiring import wiring_from_runner
 
     read = lambda: wiring_from_runner(runner, tp_rank=r["tp_rank"], tp_size=r["tp_size"])  # noqa: E731

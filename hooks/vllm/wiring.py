@@ -3,23 +3,20 @@
 The engine-neutral assembly is ``tracer.serving.wiring``; what is vLLM's own: the speculative
 config (``runner.speculative_config``), the ids the runner read (its own
 ``_get_eagle3_aux_layers_from_config``), the capture list the target holds
-(``aux_hidden_state_layers``, read by ``live_capture``) and the draft's ``draft_id_to_target_id``
-(d2t offsets, where SGLang holds target ids).
+(``aux_hidden_state_layers``, read by ``live_capture``); the draft's ``draft_id_to_target_id`` (d2t
+offsets, where SGLang holds target ids) is read by ``vocab_of``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-import numpy as np
 from eagle3_top.tracer.engines.vllm import ENGINE
 from eagle3_top.tracer.engines.vllm.flags import algorithm_of
 from eagle3_top.tracer.schema import Hello, SpecConfig
 from eagle3_top.tracer.serving.wiring import (
     SpecReport,
     assemble_hello,
-    d2t_summary,
     draft_facts,
     target_facts,
 )
@@ -48,17 +45,6 @@ def spec_of(spec_config: Any) -> SpecReport:
     )
 
 
-def d2t_of(draft_model: Any, target_vocab: int | None) -> Any:
-    d2t = getattr(draft_model, "draft_id_to_target_id", None)
-    if d2t is None:
-        return None
-    try:
-        arr = d2t.detach().to("cpu").numpy() if hasattr(d2t, "detach") else np.asarray(d2t)
-    except Exception:
-        return None
-    return d2t_summary(arr.astype(np.int64).reshape(-1), target_vocab)
-
-
 def ids_read(runner: Any) -> Any:
     """The ids the runner read (a list, None when it fell back to the default), or ``_UNSET``."""
     read = getattr(runner, "_get_eagle3_aux_layers_from_config", None)
@@ -80,7 +66,6 @@ def wiring_from_runner(runner: Any, *, tp_rank: int = 0, tp_size: int = 1) -> He
         spec_config, "model", None
     )
     dfacts = draft_facts(draft, draft_path, tfacts.vocab_size)
-    dfacts = dataclasses.replace(dfacts, vocab=d2t_of(draft, tfacts.vocab_size) or dfacts.vocab)
     ids = ids_read(runner)
     return assemble_hello(
         engine=ENGINE,

@@ -178,17 +178,27 @@ def fc_in_features(draft_model: Any) -> int | None:
     return None
 
 
-def vocab_of(draft_model: Any, target_vocab: int | None) -> VocabSummary | None:
-    """The draft's d2t map, from the ``hot_token_id`` (draft id → target id) it holds."""
-    hot = getattr(draft_model, "hot_token_id", None)
-    if hot is None:
+def _host_ids(t: Any) -> np.ndarray | None:
+    """A tensor (or array) of ids as a flat int64 host array; None when there is none or it cannot
+    be read."""
+    if t is None:
         return None
     try:
-        arr = hot.detach().to("cpu").numpy() if hasattr(hot, "detach") else np.asarray(hot)
+        arr = t.detach().to("cpu").numpy() if hasattr(t, "detach") else np.asarray(t)
     except Exception:
         return None
-    arr = arr.astype(np.int64).reshape(-1)
-    return d2t_summary(arr - np.arange(arr.shape[0]), target_vocab)
+    out: np.ndarray = arr.astype(np.int64).reshape(-1)
+    return out
+
+
+def vocab_of(draft_model: Any, target_vocab: int | None) -> VocabSummary | None:
+    """The draft's d2t map: from the target ids SGLang holds (``hot_token_id``, draft id → target
+    id), or the offsets vLLM holds (``draft_id_to_target_id``, target = draft + d2t[draft])."""
+    hot = _host_ids(getattr(draft_model, "hot_token_id", None))
+    if hot is not None:
+        return d2t_summary(hot - np.arange(hot.shape[0]), target_vocab)
+    d2t = _host_ids(getattr(draft_model, "draft_id_to_target_id", None))
+    return None if d2t is None else d2t_summary(d2t, target_vocab)
 
 
 def dtype_of(model: Any) -> str | None:

@@ -9,6 +9,7 @@ import stat
 import time
 from typing import BinaryIO
 
+from eagle3_top.tracer.files import why_not
 from eagle3_top.tracer.reader.recording.chunked import ZSTD_LEVEL, ChunkedMcapWriter
 from eagle3_top.tracer.schema import SCHEMA_VERSION, Envelope, peek
 
@@ -47,7 +48,7 @@ def _open_for_recording(path: str, exclusive: bool) -> BinaryIO:
         if exc.errno == errno.ENXIO:
             raise OSError(errno.ENXIO, "a FIFO (named pipe) that nobody reads", path) from None
         if exc.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a loop of symbolic links", path) from None
+            raise OSError(errno.ELOOP, why_not(path, exc), path) from None
         raise
     os.set_blocking(fd, True)
     try:
