@@ -20,6 +20,13 @@ def pytest_report_header() -> str:
         return "sglang not installed: the sglang tests skip"
 
 
+# How long a wait for something that must happen may take before the test calls it missing. The
+# waits return as soon as the thing happens, so this bound costs nothing when all is well; it only
+# has to outlast a 2-core box that other work is loading (CI boxes are shared), where 5 s was not
+# enough for a refresh to come round.
+PATIENCE_S = 60.0
+
+
 @pytest.fixture
 def publisher() -> Iterator[Publisher]:
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(engine="test"), hello_interval_s=0.5)
@@ -27,7 +34,7 @@ def publisher() -> Iterator[Publisher]:
     pub.close()
 
 
-def wait_connected(sub: Subscriber, timeout: float = 5.0) -> None:
+def wait_connected(sub: Subscriber, timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         sub.poll(20)
@@ -37,7 +44,19 @@ def wait_connected(sub: Subscriber, timeout: float = 5.0) -> None:
     raise AssertionError(f"not connected: {sub.endpoints}")
 
 
-def collect(sub: Subscriber, until: Callable[[list[Event]], bool], timeout: float = 5.0) -> list[Event]:
+def wait_subscribed(pub: Publisher, count: int = 1, timeout: float = PATIENCE_S) -> None:
+    """Until ``count`` subscriptions reached the publisher: what it sends from now on reaches them
+    (a PUB socket drops frames for a subscriber still connecting, and a sleep cannot know when it is done)."""
+    deadline = time.monotonic() + timeout
+    while pub.subscriptions < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{pub.subscriptions} of {count} subscriber(s) joined")
+        time.sleep(0.01)
+
+
+def collect(
+    sub: Subscriber, until: Callable[[list[Event]], bool], timeout: float = PATIENCE_S
+) -> list[Event]:
     got: list[Event] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not until(got):
@@ -67,7 +86,9 @@ def screen_text(app: Any) -> str:
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
-async def wait_until(pilot: Any, cond: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
+async def wait_until(
+    pilot: Any, cond: Callable[[], object], timeout: float = PATIENCE_S, what: str = ""
+) -> None:
     """Poll ``cond`` between short pauses of the app; fail with the screen after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -77,7 +98,7 @@ async def wait_until(pilot: Any, cond: Callable[[], object], timeout: float = 5.
     raise AssertionError(f"timed out waiting for {what or cond}\n{screen_text(pilot.app)}")
 
 
-async def wait_still(pilot: Any, quiet: float = 0.3, timeout: float = 10.0) -> None:
+async def wait_still(pilot: Any, quiet: float = 0.3, timeout: float = PATIENCE_S) -> None:
     """Wait until the screen has not changed for ``quiet`` seconds: columns sized, last refresh drawn.
 
     A fixed pause is not enough on a loaded machine, where a table can be caught between two

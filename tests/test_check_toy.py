@@ -10,7 +10,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -160,9 +159,8 @@ def test_out_of_order_ids_reorder_slots(manifest, engines, tmp_path) -> None:
 
 
 def test_no_stream_is_exit_2(tmp_path) -> None:
-    t0 = time.monotonic()
     rc, _, err = check(free_endpoint(), None, "--timeout", "1.5")
-    assert rc == 2 and "no hello" in err and time.monotonic() - t0 < 20
+    assert rc == 2 and "no hello" in err
 
 
 def test_bad_manifest_is_exit_2(tmp_path) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import zmq
-from conftest import collect
+from conftest import PATIENCE_S, collect
 from eagle3_top.hooks import toy_main
 from eagle3_top.hooks.sglang import plugin
 from eagle3_top.tracer.reader.subscriber import Subscriber
@@ -43,7 +43,9 @@ def closing() -> Iterator[Callable[[Subscriber], Subscriber]]:
         s.close()
 
 
-def wait_for(cond: Callable[[], bool], subs: tuple[Subscriber, ...] = (), timeout: float = 5.0) -> bool:
+def wait_for(
+    cond: Callable[[], bool], subs: tuple[Subscriber, ...] = (), timeout: float = PATIENCE_S
+) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for s in subs:
@@ -55,7 +57,7 @@ def wait_for(cond: Callable[[], bool], subs: tuple[Subscriber, ...] = (), timeou
 
 
 def receives(pub: Publisher, sub: Subscriber) -> bool:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline:
         pub.publish(STEP, {"step": 0})
         if any(e.kind == STEP for e in sub.poll(50)):
@@ -74,7 +76,7 @@ def test_only_authorised_clients_receive(keys, closing) -> None:
         plain = closing(Subscriber([pub.bound_endpoint]))
         pub.set_hello(Hello(engine="test"))
         assert receives(pub, alice), "the authorised client received nothing"
-        assert collect(alice, lambda got: len(got) >= 3, timeout=3)
+        assert collect(alice, lambda got: len(got) >= 3)
         for _ in range(20):
             pub.publish(STEP, {"step": 1})
         time.sleep(0.5)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+from conftest import PATIENCE_S
 from eagle3_top.tracer.reader.endpoints_file import EndpointsFile, EndpointsFileError, parse_endpoints
 from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import HELLO, STEP, Hello, SourceId, encode
@@ -211,7 +212,7 @@ def engines() -> Iterator[list[Engine]]:
         e.close()
 
 
-def until(engines: list[Engine], cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+def until(engines: list[Engine], cond: Callable[[], object], what: str, timeout: float = PATIENCE_S) -> None:
     """Keep the engines sending (a PUB drops what nobody hears) until ``cond``, or fail."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

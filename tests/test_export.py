@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import yaml
 import zmq
+from conftest import PATIENCE_S
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest, load_manifest
 from eagle3_top.tracer.export.counters import RestartSafe
@@ -66,7 +67,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return v
 
 
-def wait_for(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+def wait_for(cond: Callable[[], object], what: str, timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

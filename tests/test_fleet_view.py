@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import zmq
-from conftest import screen_text, wait_until
+from conftest import PATIENCE_S, screen_text, wait_until
 from eagle3_top.tracer.analysis.diagnose import MIN_AUX_ROWS
 from eagle3_top.tracer.schema import AUX, HELLO, STEP, Hello, SourceId, encode
 from eagle3_top.tracer.serving.publisher import Publisher
@@ -78,7 +78,7 @@ async def test_fleet_names_miswired_sources_and_groups_their_finding(pubs) -> No
         await wait_until(pilot, lambda: "fleet of 4 · accept len 2.50" in screen_text(app), what="headline")
         await pilot.press("F")
         want = "LAYER_MAP_MISMATCH on 2 of 4 sources: gpu:101:r0, gpu:103:r0"
-        await wait_until(pilot, lambda: want in screen_text(app), timeout=8, what="grouped finding")
+        await wait_until(pilot, lambda: want in screen_text(app), what="grouped finding")
         assert isinstance(app.screen, FleetScreen)
         table = app.screen.table
         top = [table.get_row_at(i)[0].plain for i in range(table.row_count)]
@@ -90,7 +90,7 @@ async def test_fleet_names_miswired_sources_and_groups_their_finding(pubs) -> No
         assert app.selected == "gpu:103:r0"
 
 
-def rebind(pid: int, endpoint: str, timeout: float = 5.0) -> Publisher:
+def rebind(pid: int, endpoint: str, timeout: float = PATIENCE_S) -> Publisher:
     """A new publisher on the endpoint another just closed (the port may linger a moment)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -130,7 +130,7 @@ async def test_restart_with_a_new_pid_and_a_stale_source(pubs) -> None:
             pubs.append(second)
             second.set_hello(sample_hello())
             await wait_until(
-                pilot, lambda: (s := app.latest.source("gpu:200:r0")) and s.health, timeout=8, what="restart"
+                pilot, lambda: (s := app.latest.source("gpu:200:r0")) and s.health, what="restart"
             )
             started = second.started
             await pilot.press("F")
@@ -173,7 +173,7 @@ async def test_picker_filters_120_sources_by_typing() -> None:
                     raw.send(encode(HELLO, src, 0, time.time(), body))
                 return app.latest is not None and len(app.latest.sources) == 120
 
-            await wait_until(pilot, all_heard, timeout=10, what="120 sources")
+            await wait_until(pilot, all_heard, what="120 sources")
             await pilot.press("slash")
             await wait_until(pilot, lambda: isinstance(app.screen, SourcePicker), what="picker")
             picker = app.screen

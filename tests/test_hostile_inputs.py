@@ -8,7 +8,6 @@ import io
 import json
 import os
 import pickle
-import time
 import zipfile
 
 import numpy as np
@@ -175,9 +174,7 @@ def test_two_hundred_thousand_slots_are_refused_at_once(tmp_path, capsys) -> Non
     fp.update(slots=n, mean=[0.1] * n, rms=[1.0] * n, sketch=[[0.1] * 16] * n)
     p = tmp_path / "m.json"
     p.write_text(json.dumps(body))
-    t0 = time.perf_counter()
     code, _, err = _run(capsys, "manifest", "show", str(p))
-    assert time.perf_counter() - t0 < 10
     _one_line(code, err, "aux.concat_order: expected 1 to 1024 entries, got 200000")
 
 
@@ -332,9 +329,7 @@ def test_a_hundred_megabyte_config_is_refused_by_size(tmp_path, capsys) -> None:
         f.write('{"hidden_size": 16, "pad": "')
         f.write("x" * (100 << 20))
         f.write('"}')
-    t0 = time.perf_counter()
     code, _, err = _build(capsys, tmp_path, str(d), _data(tmp_path))
-    assert time.perf_counter() - t0 < 10
     _one_line(code, err, "draft config.json is larger than 16 MiB")
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import msgpack
 import pytest
 import zmq
+from conftest import PATIENCE_S
 from eagle3_top.tracer.reader.recording import RecordingWriter, read_recording
 from eagle3_top.tracer.reader.relay import Relay
 from eagle3_top.tracer.reader.relay_recorder import CaptureRecorder
@@ -30,7 +31,7 @@ from stream_samples import step
 RELAY = [sys.executable, "-m", "eagle3_top.tui.cli", "relay"]
 
 
-def until(cond: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+def until(cond: Callable[[], object], timeout: float = PATIENCE_S, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -56,7 +57,7 @@ class Frames:
         return {k: f for k, f in self.by_key.items() if peek(f).kind == STEP}  # type: ignore[union-attr]
 
 
-def publish_until_heard(pubs: list[Publisher], frames: list[Frames], timeout: float = 10.0) -> None:
+def publish_until_heard(pubs: list[Publisher], frames: list[Frames], timeout: float = PATIENCE_S) -> None:
     """A step from every publisher until every subscriber has heard every source: the relay's
     connections and the subscriptions are live."""
     srcs = {p.src for p in pubs}
@@ -112,7 +113,7 @@ class RelayProcess:
         for line in self.proc.stderr:
             self.lines.append(line.rstrip("\n"))
 
-    def line(self, pattern: str, timeout: float = 15.0) -> re.Match[str]:
+    def line(self, pattern: str, timeout: float = PATIENCE_S) -> re.Match[str]:
         found: list[re.Match[str]] = []
 
         def seen() -> bool:

@@ -11,7 +11,7 @@ from itertools import groupby
 from pathlib import Path
 
 import pytest
-from conftest import screen_text, wait_until
+from conftest import PATIENCE_S, screen_text, wait_until
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.reader.ledger import FrameLedger
 from eagle3_top.tracer.reader.recording import read_recording
@@ -147,7 +147,7 @@ def test_seek_and_speed_words() -> None:
 # -- the monitor's feed -----------------------------------------------------------------------------
 
 
-def wait_at_end(feed: ReplayFeed, timeout: float = 10.0) -> None:
+def wait_at_end(feed: ReplayFeed, timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while not (feed.position().at_end and feed.caught_up()):
         assert time.monotonic() < deadline, feed.position()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from conftest import PATIENCE_S
 from eagle3_top.tui.commands.parent_watch import GRACE_S, POLL_S
 from eagle3_top.tui.commands.web_server import QUIT_GRACE_S
 from headless_chromium import CHROMIUM, Chromium
@@ -53,7 +54,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_listening(proc: subprocess.Popen[str], port: int, timeout: float = 10.0) -> None:
+def wait_listening(proc: subprocess.Popen[str], port: int, timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"serve-web exited: {proc.communicate()[0]}"

@@ -63,13 +63,12 @@ def test_full_queue_drops_and_counts_without_blocking() -> None:
     pub = Publisher("tcp://127.0.0.1:0", SourceId.local(), queue_size=4)
     body, _ = _step(0)
     # Stall the sender: hold the queue full by publishing faster than a thread switch.
-    t0 = time.perf_counter()
     results = [pub.publish(STEP, body) for _ in range(20000)]
-    elapsed = time.perf_counter() - t0
     pub.close()
+    # every call returned (a blocking publish with no subscriber would never have), and said which
+    # frames it dropped
     assert not all(results)
     assert pub.dropped == results.count(False) > 0
-    assert elapsed < 2.0  # 20k calls; a blocking publish would take far longer with no subscriber
 
 
 def test_dropped_events_show_as_missed(publisher: Publisher) -> None:
@@ -94,7 +93,7 @@ def test_health_reports_drops(publisher: Publisher) -> None:
     publisher.queue_size = 0
     publisher.publish(STEP, _step(0)[0])
     publisher.queue_size = 4096
-    events = collect(sub, lambda got: any(e.kind == HEALTH and e.body["dropped"] for e in got), timeout=3)
+    events = collect(sub, lambda got: any(e.kind == HEALTH and e.body["dropped"] for e in got))
     health = [e for e in events if e.kind == HEALTH][-1]
     assert health.body["dropped"] == 1
     assert health.body["queue_max"] == 4096

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import PATIENCE_S
 from toy_process import CLI, Toy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +43,23 @@ def workload(path: Path, rng: np.random.Generator, n: int) -> None:
     )
 
 
-def wait_for(paths: list[Path], timeout: float = 30.0) -> None:
+def wait_for(paths: list[Path], timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while not all(p.exists() for p in paths):
         assert time.monotonic() < deadline, f"never appeared: {[str(p) for p in paths if not p.exists()]}"
+        time.sleep(0.05)
+
+
+def wait_connected_to(pid: int, port: int) -> None:
+    """Until process ``pid`` holds an established TCP connection to ``port`` on this host."""
+    import psutil
+
+    deadline = time.monotonic() + PATIENCE_S
+    while not any(
+        c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+    ):
+        assert time.monotonic() < deadline, f"process {pid} never connected to port {port}"
         time.sleep(0.05)
 
 
@@ -79,11 +93,15 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert " to tcp://" in started, started
         relay = started.rsplit(" to ", 1)[1].strip()
         check = subprocess.Popen(
-            [*CLI, "check", relay, "--manifest", MANIFEST, "--json", "--steps", "5", "--timeout", "60"],
+            # returns once it has its evidence; the timeout only bounds a failure
+            [*CLI, "check", relay, "--manifest", MANIFEST, "--json", "--steps", "5", "--timeout", "600"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         once = subprocess.Popen(
-            [*CLI, relay, "--manifest", MANIFEST, "--json", "-i", "20"], stdout=subprocess.PIPE, text=True
+            # listens until told (SIGTERM, below), not for a time a loaded box may overrun
+            [*CLI, relay, "--manifest", MANIFEST, "--json", "-i", "3600"],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         tags = {"DP0": reps[0].endpoint, "DP1": reps[1].endpoint, "DPR": relay}
         for tag, ep in tags.items():
@@ -91,7 +109,9 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 subprocess.Popen([sys.executable, str(GPU / "subscriber_check.py"), tag, ep, "120", str(w)])
             )
         wait_for([w / f"heard_{tag}" for tag in tags])  # every recorder is subscribed (health, 1 Hz)
-        time.sleep(2.0)  # the monitor and check, started first, have subscribed by now too
+        for p in (check, once):  # connected to the relay: their subscriptions follow the handshake
+            wait_connected_to(p.pid, int(relay.rsplit(":", 1)[1]))
+        time.sleep(0.5)  # the subscription's own trip, as conftest.wait_connected allows it
         rng = np.random.default_rng(7)
         parts, clients = [], []
         for i, t in enumerate(reps):  # the DP controller's share-out: half the requests each, at once
@@ -110,7 +130,8 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out, err = check.communicate(timeout=120)
         (w / "check_DP.json").write_text(out)
         (w / "check_DP.rc").write_text(f"{check.returncode}\n")
-        (w / "once_DP.json").write_text(once.communicate(timeout=60)[0])
+        once.terminate()  # prints what it heard, as ping does
+        (w / "once_DP.json").write_text(once.communicate(timeout=PATIENCE_S)[0])
         time.sleep(0.5)
         for tag in tags:
             (w / f"stop_{tag}").touch()

@@ -304,8 +304,8 @@ async def test_stale_source_and_health_panel(tui_pub):
         await wait_until(pilot, lambda: "PAUSED" not in screen_text(app), what="resumed")
         assert "dropped 0" in screen_text(app)
         tui_pub.close(0.5)  # silence: the source goes stale, the endpoint goes down
-        await wait_until(pilot, shows(app, "STALE"), timeout=4.0, what="stale")
-        await wait_until(pilot, shows(app, "down (retrying)"), timeout=4.0, what="down")
+        await wait_until(pilot, shows(app, "STALE"), what="stale")
+        await wait_until(pilot, shows(app, "down (retrying)"), what="down")
 
 
 async def test_selecting_between_sources():

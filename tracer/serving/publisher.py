@@ -126,6 +126,7 @@ class Publisher(TracerState):
         self.flush_interval_s = flush_interval_s
         self.sent = 0
         self.dropped = 0
+        self.subscriptions = 0  # subscribe messages seen: frames sent after one reach that subscriber
         self.encode_errors = 0
         # itertools.count: next() is atomic under the GIL, so the caller and the sender thread
         # can both take numbers without a lock.
@@ -289,7 +290,9 @@ class Publisher(TracerState):
         joined = False
         while self._sock.poll(0, zmq.POLLIN):
             msg = self._sock.recv(zmq.NOBLOCK)
-            joined = joined or msg[:1] == b"\x01"
+            if msg[:1] == b"\x01":
+                joined = True
+                self.subscriptions += 1
         return joined
 
     def _run(self) -> None:

@@ -77,7 +77,7 @@ def build_parser(usage: str | None = None) -> argparse.ArgumentParser:
         "--interval",
         type=interval_arg,
         metavar="S",
-        help="seconds between screen refreshes (default 1; a replay 0.25); with --once, how long to listen",
+        help="seconds between screen refreshes (default 1; a replay 0.25); with --once, how long to listen (Ctrl-C or SIGTERM ends it early and prints)",
     )
     add_curve_arguments(p)
     p.add_argument("--version", action="store_true", help="print the version and exit")
@@ -173,7 +173,9 @@ def main(argv: list[str], usage: str | None = None, check_only: bool = False) ->
 
 # A repaint of a busy screen is the monitor's main cost next to the server it watches: at one a
 # second it takes 3.7% of a core tailing 100 step events/s, 8.4% at four (benchmarks/bench_tui_cpu.py).
-MIN_INTERVAL_S, MAX_INTERVAL_S = 0.05, 60.0
+# -i is how long --once listens (up to a day: a script's whole benchmark) or, on a screen, the
+# refresh period (at most a minute: a monitor that redraws less often looks dead).
+MIN_INTERVAL_S, MAX_INTERVAL_S, MAX_REFRESH_S = 0.05, 86_400.0, 60.0
 
 
 def interval_arg(text: str) -> float:
@@ -213,6 +215,8 @@ def _apply_config(ns: argparse.Namespace) -> str | None:
         ns.endpoints = ns.endpoints or list(cfg.endpoints)
     ns.manifest = ns.manifest or cfg.manifest
     ns.interval = ns.interval or cfg.interval
+    if ns.interval and ns.interval > MAX_REFRESH_S and not (ns.once or ns.json):
+        return f"-i {ns.interval:g}: a screen refreshes at least every {MAX_REFRESH_S:g} s (longer only with --once)"
     ns.baseline_tok_s = ns.baseline_tok_s or cfg.baseline_tok_s
     ns.record_dir = ns.record_dir or cfg.record_dir or "."
     if ns.tokenizer is None and cfg.tokenizer is not None:

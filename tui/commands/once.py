@@ -1,14 +1,19 @@
 """``eagle3-top --once [--json]``: one snapshot of the monitor, printed, for scripts and logs.
 
 Live, it listens for one interval (the hello comes at once on subscribing; steps as the server
-makes them), judges every source on what it saw and prints; with ``--replay FILE``, the snapshot
-at the end of the recording. Exit 0 with at least one source, 3 when none was heard."""
+makes them), or until Ctrl-C or SIGTERM ends the listening early, as ``ping`` prints its statistics
+(a script can listen for as long as its benchmark runs, then ask); it judges every source on what it
+saw and prints; with ``--replay FILE``, the snapshot at the end of the recording. Exit 0 with at
+least one source, 3 when none was heard."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
-import time
+import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from eagle3_top.tracer.analysis.manifest import Manifest
@@ -25,6 +30,23 @@ if TYPE_CHECKING:
 
 ONCE_INTERVAL_S = LIVE_INTERVAL_S  # how long --once listens when -i does not say
 RECENT = (10, 60)  # the windows --json reports beside since-start
+
+
+@contextlib.contextmanager
+def _ended_by_signal() -> Iterator[threading.Event]:
+    """An event that SIGINT or SIGTERM sets, instead of ending the process, while the block runs
+    (from the main thread only: Python takes signals there, and tests call us from others)."""
+    ended = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield ended
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.signal(sig, lambda *_: ended.set()) for sig in signals}
+    try:
+        yield ended
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def once_live(
@@ -47,7 +69,8 @@ def once_live(
     )
     feed.start()
     try:
-        time.sleep(interval_s)
+        with _ended_by_signal() as ended:
+            ended.wait(interval_s)
         feed.settle_findings()
         snap = feed.snapshot(windows=RECENT if as_json else ())
     finally:
