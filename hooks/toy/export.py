@@ -370,6 +370,10 @@ def main(argv: list[str]) -> int:
             elif os.path.lexists(path):
                 os.remove(path)
     os.makedirs(out, exist_ok=True)
+    # One thread, as the engine runs: the toy's matrices are too small to share, and on a loaded
+    # box a second thread waiting at every op's barrier for a core doubled the wall time (48 s
+    # against 24 s here, at a load of 3; the campaign saw 16 minutes for 2 of CPU).
+    torch.set_num_threads(1)
     say = Progress(prog)
     say("the target and the drafts (safetensors)")
     drafts = [export_draft(out, name) for name in bundled_drafts()]

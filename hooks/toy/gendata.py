@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             f"eagle3-top toy gen-data: needs torch: {exc} (pip install 'eagle3-top[torch]')", file=sys.stderr
         )
         return 2
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(1)  # as the engine: the toy is too small to share (see toy export)
     try:
         n = generate(
             ns.out,
