@@ -1,7 +1,7 @@
 """`manifest build` over many SpecForge-format files against reading them (torch.load alone).
 
 Files come from `eagle3-top toy gen-data` (the built-in target's hidden states, SpecForge layout),
-cached under --dir. Both passes read the same files; the loader pass is a plain loop of
+in a temporary directory removed at the end, or kept under --dir for later runs. Both passes read the same files; the loader pass is a plain loop of
 ``torch.load(path, weights_only=True, mmap=True)`` that touches each tensor. Target: >= 0.8.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 
 from benchmarks.common import machine
@@ -28,17 +29,29 @@ def ensure_files(directory: str, n: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="keep the generated files here and reuse them in later runs (default: a temporary "
+        "directory, removed at the end: 10,000 files are 600 MB)",
+    )
+    ns = ap.parse_args(argv)
+    if ns.dir is not None:
+        return _measure(ns.dir, ns.files)
+    with tempfile.TemporaryDirectory(prefix="eagle3-top-bench-manifest-") as d:
+        return _measure(d, ns.files)
+
+
+def _measure(directory: str, n: int) -> dict[str, float]:
     import torch
     from eagle3_top.hooks.toy.paths import draft_dir, target_dir
     from eagle3_top.tracer.analysis.manifest_build import build_manifest
 
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--files", type=int, default=10_000)
-    ap.add_argument("--dir", default="/tmp/eagle3-top-bench-hidden-states")
-    ns = ap.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"# bench_manifest: {ns.files} SpecForge-format files, on {machine()}")
-    files = ensure_files(ns.dir, ns.files)
+    print(f"# bench_manifest: {n} SpecForge-format files, on {machine()}")
+    files = ensure_files(directory, n)
     # warm the page cache for both passes alike
     for p in files:
         with open(p, "rb") as f:
@@ -50,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         rows += int(d["aux_hidden_state"].float().sum().isfinite())  # touch the data
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
-    m = build_manifest(draft_dir=draft_dir(), data=ns.dir, target_config=target_dir(), max_files=None)
+    m = build_manifest(draft_dir=draft_dir(), data=directory, target_config=target_dir(), max_files=None)
     t_build = time.perf_counter() - t0
     assert m.reference.files == len(files), "bench dir holds other files"
     print(f"  torch.load alone   {len(files) / t_load:9.0f} files/s ({t_load:.1f}s)")
