@@ -44,7 +44,7 @@ def child_plugin_loader() -> dict[str, Any]:
             "verify_wrapped": hasattr(EAGLEWorkerV2.verify, "__wrapped__"),
             "init_wrapped": hasattr(Scheduler.__init__, "__wrapped__"),
             "publisher": plugin._state["publisher"] is not None,
-            "off": plugin._state["off"],
+            "off": plugin._state["off"].reason,
         }
 
     os.environ.pop("EAGLE3_TOP_PUBLISH", None)
@@ -64,7 +64,7 @@ def child_plugin_loader() -> dict[str, Any]:
     plugin.register()
     sglang.__version__ = real
     out["bad_version"] = {
-        "off": plugin._state["off"],
+        "off": plugin._state["off"].reason,
         "registered": plugin._state["registered"],
         "targets": sorted(HookRegistry._hooks),
     }

@@ -42,7 +42,7 @@ def child_rank() -> dict[str, Any]:
         "publishing": tracer is not None,
         "bound": None if tracer is None else tracer.publisher.bound_endpoint,
         "socket_bound": plugin._state["publisher"] is not None,
-        "off": plugin._state["off"],
+        "off": plugin._state["off"].reason,
         "layers_to_capture": list(target.model.layers_to_capture),
     }
     linger(tracer)
@@ -83,7 +83,7 @@ def child_dp_replica() -> dict[str, Any]:
     out = {
         "ranks": plugin.ranks(),
         "bound": None if tracer is None else tracer.publisher.bound_endpoint,
-        "off": plugin._state["off"],
+        "off": plugin._state["off"].reason,
     }
     linger(tracer)
     return out

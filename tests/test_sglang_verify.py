@@ -64,7 +64,7 @@ def child_verify() -> dict[str, Any]:
     endpoint = os.environ["EAGLE3_TOP_PUBLISH"]
     sub = Subscriber([endpoint])
     tracer = plugin.tracer_for_worker(worker)  # binds, publishes the hello
-    assert tracer is not None, plugin._state["off"]
+    assert tracer is not None, plugin._state["off"].reason
     # wait until the subscription is live (a health event arrives), then re-send the hello
     deadline = time.monotonic() + 10
     seen: list[Any] = []

@@ -48,6 +48,7 @@ from eagle3_top.hooks.adapter import (
     ENV_ALL_RANKS,
     ENV_FORCE,
     ENV_PUBLISH,
+    OffSwitch,
     has_target,
     new_tracer,
     patch,
@@ -77,7 +78,7 @@ PREFILL_EXTEND_TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker
 def _fresh_state() -> dict[str, Any]:
     return {
         "registered": False,
-        "off": None,  # reason string once we decided to stay off in this process
+        "off": OffSwitch(log),  # its reason once we decided to stay off in this process
         "tracers": {},  # id(worker) -> Tracer | None
         "publisher": None,
         "tracer": None,
@@ -91,10 +92,7 @@ _lock = threading.Lock()
 
 
 def _one_line(msg: str) -> None:
-    """The single log line this plugin writes when it stays off."""
-    if _state["off"] is None:
-        _state["off"] = msg
-        log.warning("eagle3-top: %s; tracer off, the server is unaffected", msg)
+    _state["off"].say(msg)
 
 
 def version_problem(v: str | None) -> str | None:
@@ -330,7 +328,7 @@ def tracer_for_worker(worker: Any) -> Any:
         if key in tracers:
             return tracers[key]
         tracers[key] = None
-        if _state["off"] is not None:
+        if _state["off"].reason is not None:
             return None
         try:
             tracers[key] = _start(worker)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from eagle3_top.tracer.engines.base import MAX_IDS
-from eagle3_top.tracer.files import kind_of
+from eagle3_top.tracer.files import open_regular
 
 from .manifest import ManifestError, read_json
 
@@ -34,14 +33,8 @@ class ConfigError(Exception):
 def read_config(directory: str, what: str) -> dict[str, Any]:
     """A model directory's config.json as bounded, strict JSON; one line when it is not."""
     path = os.path.join(directory, "config.json")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {directory}: no config.json (is it a model directory?)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{path}: {kind_of(st.st_mode)}, not a file")
+    if not os.path.lexists(path):  # a dangling link is read_json's to name
+        raise ConfigError(f"{what} {directory}: no config.json (is it a model directory?)")
     try:
         return read_json(path, f"{what} config")
     except ManifestError as exc:
@@ -179,10 +172,7 @@ def safetensors_shapes(directory: str) -> dict[str, list[int]]:
     for name in names:
         path = os.path.join(directory, name)
         try:
-            mode = os.stat(path).st_mode
-            if not stat.S_ISREG(mode):
-                raise ConfigError(f"{path}: {kind_of(mode)}, not a file")
-            with open(path, "rb") as f:
+            with open_regular(path) as f:  # a FIFO among the weights must not hang preflight
                 head = f.read(8)
                 if len(head) != 8:
                     raise ConfigError(f"{path}: truncated safetensors header")
