@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import screen_text, wait_until
 from eagle3_top.tracer.reader.replay import Timeline
-from eagle3_top.tui.help_screen import HELP_TEXT, HelpScreen
+from eagle3_top.tui.app import Eagle3TopApp
+from eagle3_top.tui.help_screen import HelpScreen, help_text
 from eagle3_top.tui.replay_app import ReplayApp
 from rich.text import Text
 from textual.binding import Binding
@@ -47,12 +48,40 @@ async def test_help_fits_any_size_and_lists_every_key(size: tuple[int, int]) -> 
         box = app.screen.query_one("#help-box")
         assert box.region.width <= size[0] and box.region.height <= size[1]
         assert box.region.right <= size[0] and box.region.bottom <= size[1]
-    plain = Text.from_markup(HELP_TEXT).plain
-    for binding in app.BINDINGS:
-        assert isinstance(binding, Binding)
-        if binding.show:
-            shown = binding.key_display or binding.key.split(",")[0]
-            assert re.search(rf"(?<!\S){re.escape(shown)}(?!\S)", plain), binding.key
+    for cls, replay in ((ReplayApp, True), (Eagle3TopApp, False)):
+        plain = Text.from_markup(help_text(replay)).plain
+        for binding in cls.BINDINGS:
+            assert isinstance(binding, Binding)
+            if binding.show:
+                shown = binding.key_display or binding.key.split(",")[0]
+                assert re.search(rf"(?<!\S){re.escape(shown)}(?!\S)", plain), binding.key
+
+
+def help_shown(app: Eagle3TopApp) -> str:
+    """The whole help as drawn in its box (which scrolls at this size)."""
+    return str(app.screen.query_one("#help-text").render())
+
+
+async def test_help_describes_the_keys_of_the_mode_it_is_in(tmp_path: Path) -> None:
+    """In a replay p plays and pauses and r records nothing; live, p freezes and r records: the
+    help says what the key does where it is pressed."""
+    app = ReplayApp(Timeline(DEMO, speed=None), refresh_hz=20)
+    async with app.run_test(size=(100, 50)) as pilot:
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the replay's help")
+        text = help_shown(app)
+        assert "play / pause" in text and "home end   start / end" in text
+        assert "freeze" not in text and "record what arrives" not in text
+        await pilot.press("escape")
+        assert "p play/pause" in screen_text(app).splitlines()[-1]  # the footer too
+    live = Eagle3TopApp(["tcp://127.0.0.1:9"], record_dir=str(tmp_path), refresh_hz=20)
+    async with live.run_test(size=(100, 50)) as pilot:
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(live.screen, HelpScreen), what="the live help")
+        text = help_shown(live)
+        assert "record what arrives" in text
+        assert "Replay keys" not in text and "play / pause" not in text
+        assert "p pause" in screen_text(live)  # the footer too
 
 
 async def test_no_color_draws_in_greys(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,6 +49,7 @@ NARROW, TALL = 100, 40  # columns and lines of the size classes
 
 class Eagle3TopApp(App[None]):
     CSS_PATH = "app.tcss"
+    REPLAY = False  # the help lists the keys of the mode it is in
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("p", "toggle_pause", "pause"),
@@ -335,7 +336,7 @@ class Eagle3TopApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(replay=self.REPLAY))
 
     def _move(self, delta: int) -> None:
         table = self.table
