@@ -187,6 +187,29 @@ async def test_pause_freezes_display_but_keeps_ingesting(tui_pub):
         assert "FROZEN" not in screen_text(app)
 
 
+async def test_pause_says_frozen_in_the_requests_view_too(tui_pub):
+    """p over the requests view freezes its rows as it does the main screen: the view says so."""
+    from eagle3_top.tui.requests_screen import RequestsScreen
+
+    app = Eagle3TopApp([tui_pub.bound_endpoint], refresh_hz=20)
+    async with app.run_test(size=SIZE) as pilot:
+        await joined(pilot, app)
+        publish_steps(tui_pub, [[3, 3]] * 2, n=4)
+        await wait_until(pilot, lambda: source_steps(app) == 2, what="2 steps")
+        await pilot.press("enter")
+        await wait_until(pilot, shows(app, "req-0-1"), what="the requests")
+        assert isinstance(app.screen, RequestsScreen) and "FROZEN" not in screen_text(app)
+        await pilot.press("p")
+        await wait_until(pilot, shows(app, "FROZEN"), what="FROZEN over the requests")
+        publish_steps(tui_pub, [[1, 1, 1]] * 2, n=4, seed=1)
+        await wait_until(pilot, lambda: source_steps(app) == 4, what="ingest while frozen")
+        await pilot.pause(0.2)  # several refresh ticks
+        assert "req-1-0" not in screen_text(app) and "FROZEN" in screen_text(app)
+        await pilot.press("p")
+        await wait_until(pilot, shows(app, "req-1-0"), what="the new requests after p")
+        assert "FROZEN" not in screen_text(app)
+
+
 async def test_help_opens_and_closes_and_q_quits(tui_pub):
     exited: list[bool] = []
     app = Eagle3TopApp([tui_pub.bound_endpoint], on_exit=[lambda: exited.append(True)])
