@@ -423,6 +423,10 @@ async def test_r_records_what_the_monitor_receives(publisher, tmp_path: Path) ->
         await wait_until(
             pilot, lambda: "● REC" in screen_text(app).splitlines()[0], what="REC in the status bar"
         )
+        # the toast comes once the file is open, not when r is pressed
+        await wait_until(
+            pilot, lambda: any("recording to" in n.message for n in app._notifications), what="the toast"
+        )
         for i in range(50):
             publisher.publish(STEP, step(i))
         await wait_until(pilot, lambda: app.feed.recording.frames >= 50, what="50 frames recorded")

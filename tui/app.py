@@ -218,6 +218,11 @@ class Eagle3TopApp(App[None]):
 
     def _render_status(self) -> None:
         rec = self.feed.recording
+        for started, what in rec.outcomes():
+            if started:
+                self.notify(f"recording to {what} (r stops)")
+            else:
+                self.notify(what, severity="error")
         recording = f"{rec.path} {rec.frames} frames" if rec.active else None
         error = self.feed.error or self.render_error or rec.error
         self.status_bar.update_from(
@@ -285,12 +290,10 @@ class Eagle3TopApp(App[None]):
             rec.stop()
             self.notify(f"recording stopped: {path} ({rec.frames} frames)")
         else:
-            path = default_name(self.record_dir)
-            why = rec.start(path)
+            why = rec.start(default_name(self.record_dir))
             if why is not None:
-                self.notify(f"cannot record: {why}", severity="error")
-            else:
-                self.notify(f"recording to {path} (r stops)")
+                self.notify(why, severity="error")
+            # else the worker opens the file: _render_status says so once it has, or why not
         self._render_status()
 
     def action_next_window(self) -> None:
