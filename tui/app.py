@@ -44,7 +44,7 @@ from .timeline_screen import TimelineScreen
 from .token_text import TokenText
 from .tokenizer_shelf import TokenizerShelf
 
-NARROW, TALL = 100, 40  # columns and lines of the size classes
+NARROW, SHORT, TALL = 100, 30, 40  # columns and lines of the size classes
 
 
 class Eagle3TopApp(App[None]):
@@ -152,11 +152,13 @@ class Eagle3TopApp(App[None]):
 
     def _width_class(self, width: int, height: int) -> None:
         """A layout per size class: narrow (< 100 columns) drops table columns and side panels'
-        extras; tall (>= 40 lines) gives the sources table more rows."""
+        extras; short (< 30 lines) drops the panels the plots also draw; tall (>= 40 lines) gives
+        the sources table more rows."""
         main = self.screen_stack[0] if self.screen_stack else None
         if main is None:
             return
         main.set_class(width < NARROW, "-narrow")
+        main.set_class(height < SHORT, "-short")
         main.set_class(height >= TALL, "-tall")
         self.table.set_compact(width < NARROW)
 
