@@ -107,6 +107,20 @@ def test_the_end_holds_still(session: tuple[str, int]) -> None:
     assert again.rewind and again.frames[0].log_time_ns == T0_NS and not tl.position().at_end
 
 
+def test_a_followed_clock_waits_at_the_last_frame_read(session: tuple[str, int]) -> None:
+    """Following a file nothing is appended to, the clock stops where the file does: it does not
+    run on into time the recording does not hold (the scrubber read 80 s of a 20 s file)."""
+    wall = Wall()
+    tl = Timeline(session[0], speed=1.0, follow=True, wall=wall)
+    wall.t += 60
+    times = drain(tl)
+    assert len(times) == session[1]
+    wall.t += 60
+    drain(tl)
+    pos = tl.position()
+    assert tl.now() == times[-1] / 1e9 and pos.elapsed_s == pos.length_s
+
+
 def test_steps_and_seeks(session: tuple[str, int]) -> None:
     path, n = session
     tl = Timeline(path, speed=1.0, wall=Wall())
@@ -236,7 +250,7 @@ async def test_player_keys_move_the_scrubber(session: tuple[str, int]) -> None:
         await wait_until(
             pilot, lambda: app.timeline.position().delivered == delivered - 1, what="one event back"
         )
-        await pilot.press("period", "period")
+        await pilot.press(".", ".")  # what a terminal sends for '.': full_stop
         await wait_until(
             pilot, lambda: app.timeline.position().delivered == delivered + 1, what="two forward"
         )
@@ -245,6 +259,13 @@ async def test_player_keys_move_the_scrubber(session: tuple[str, int]) -> None:
         await pilot.press("j", *"soon", "enter")  # a bad answer is one line, and nothing moves
         await pilot.pause(0.1)
         assert app.timeline.position().delivered == delivered + 1
+        # home and end reach the player even though the sources table has the focus (it scrolls
+        # on them otherwise)
+        assert app.focused is app.table
+        await pilot.press("end")
+        await wait_until(pilot, lambda: " 100%" in screen_text(app).splitlines()[0], what="the end")
+        await pilot.press("home")
+        await wait_until(pilot, lambda: " 0.0s / 19.9s" in screen_text(app).splitlines()[0], what="start")
 
 
 # -- the command line -------------------------------------------------------------------------------
@@ -401,6 +422,10 @@ async def test_r_records_what_the_monitor_receives(publisher, tmp_path: Path) ->
         await pilot.press("r")
         await wait_until(
             pilot, lambda: "● REC" in screen_text(app).splitlines()[0], what="REC in the status bar"
+        )
+        # the toast comes once the file is open, not when r is pressed
+        await wait_until(
+            pilot, lambda: any("recording to" in n.message for n in app._notifications), what="the toast"
         )
         for i in range(50):
             publisher.publish(STEP, step(i))

@@ -4,7 +4,7 @@ server whose requests come and go (tests/stream_samples.py churn_step)."""
 from __future__ import annotations
 
 import pytest
-from conftest import screen_text, wait_until
+from conftest import screen_text, wait_still, wait_until
 from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tui.replay_app import ReplayApp
 from eagle3_top.tui.requests_screen import RequestsScreen
@@ -128,3 +128,75 @@ async def test_rows_handed_over_before_the_table_is_mounted_are_shown() -> None:
         assert early.row_count == 3 and len(early.columns) == 8
         text = screen_text(app)
         assert all(f"req-{i}" in text for i in range(3)) and "running" in text
+
+
+def _cursor_rid(app: ReplayApp) -> str | None:
+    """The request the table highlights (its own idea of the cursor's row)."""
+    t = app.screen.table
+    return t.coordinate_to_cell_key(t.cursor_coordinate).row_key.value if t.row_count else None
+
+
+def _header_running(app: ReplayApp) -> int:
+    line = next(line for line in screen_text(app).splitlines() if " running, " in line)
+    return int(line.split(" running, ")[0].split()[-1])
+
+
+async def test_the_cursor_keeps_its_request_and_the_top_shows_the_running_ones(churn: str) -> None:
+    """Requests come and go under the view: opened, the view stays at the top, where the running
+    requests are (as many as the header says); a request the user moved to stays under the cursor;
+    home and end go to the first and the last row."""
+    app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
+    async with app.run_test(size=(100, 20)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+        app.timeline.seek_fraction(0.3)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RequestsScreen) and _rows(app), what="rows")
+
+        def running_on_top() -> bool:
+            states = [r[1] for r in _rows(app)]
+            n = _header_running(app)
+            return n > 0 and states[:n] == ["running"] * n and "running" not in states[n:]
+
+        await wait_until(pilot, running_on_top, what="the running requests on top")
+        app.timeline.seek_fraction(1.0)  # the requests on top finish, newer ones start
+        await wait_until(pilot, lambda: app.timeline.position().at_end, what="the end")
+        await wait_until(pilot, lambda: _rows(app)[0][0] in churn_rids(LAST), what="the newest on top")
+        assert running_on_top() and _cursor_rid(app) == _rows(app)[0][0]
+
+        app.timeline.seek_fraction(0.3)
+        await wait_until(pilot, lambda: "seen over 3 s" in screen_text(app), what="back at 30%")
+        await wait_still(pilot)
+        await pilot.press("down", "down", "down")
+        chosen = app.screen.table.selected_rid()
+        assert chosen is not None and _cursor_rid(app) == chosen
+        app.timeline.seek_fraction(0.6)  # rows arrive above and around it
+        await wait_until(pilot, lambda: "seen over 6 s" in screen_text(app), what="at 60%")
+        await wait_still(pilot)
+        assert _cursor_rid(app) == chosen and app.screen.table.selected_rid() == chosen
+        assert chosen in {r[0] for r in _rows(app)}  # scrolled into view
+
+        await pilot.press("end")
+        table = app.screen.table
+        await wait_until(pilot, lambda: table.cursor_row == table.row_count - 1, what="the last row")
+        await pilot.press("home")
+        await wait_until(pilot, lambda: table.cursor_row == 0, what="the first row")
+        assert running_on_top()
+
+
+async def test_a_timeline_with_no_steps_left_says_so_instead_of_drawing_a_block(churn: str) -> None:
+    """req0 ran the first LIFE steps; at the end of the recording they are long out of the last 64
+    step events the source keeps whole: its timeline has nothing to plot, and says so in words."""
+    app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: _rows(app), what="rows")
+        await pilot.press("slash", *"req0", "enter")
+        await wait_until(pilot, lambda: [r[0] for r in _rows(app)] == ["req0"], what="req0 alone")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, TimelineScreen), what="the timeline")
+        await wait_until(pilot, lambda: "step by step" in screen_text(app), what="its steps")
+        await wait_still(pilot)
+        text = screen_text(app)
+        assert "no steps of it to plot" in text and "none of its steps is among the last 64" in text
+        assert not any("█" in line or "▇" in line for line in text.splitlines()), text

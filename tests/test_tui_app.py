@@ -187,6 +187,58 @@ async def test_pause_freezes_display_but_keeps_ingesting(tui_pub):
         assert "FROZEN" not in screen_text(app)
 
 
+async def test_pause_says_frozen_in_the_requests_view_too(tui_pub):
+    """p over the requests view freezes its rows as it does the main screen: the view says so."""
+    from eagle3_top.tui.requests_screen import RequestsScreen
+
+    app = Eagle3TopApp([tui_pub.bound_endpoint], refresh_hz=20)
+    async with app.run_test(size=SIZE) as pilot:
+        await joined(pilot, app)
+        publish_steps(tui_pub, [[3, 3]] * 2, n=4)
+        await wait_until(pilot, lambda: source_steps(app) == 2, what="2 steps")
+        await pilot.press("enter")
+        await wait_until(pilot, shows(app, "req-0-1"), what="the requests")
+        assert isinstance(app.screen, RequestsScreen) and "FROZEN" not in screen_text(app)
+        await pilot.press("p")
+        await wait_until(pilot, shows(app, "FROZEN"), what="FROZEN over the requests")
+        publish_steps(tui_pub, [[1, 1, 1]] * 2, n=4, seed=1)
+        await wait_until(pilot, lambda: source_steps(app) == 4, what="ingest while frozen")
+        await pilot.pause(0.2)  # several refresh ticks
+        assert "req-1-0" not in screen_text(app) and "FROZEN" in screen_text(app)
+        await pilot.press("p")
+        await wait_until(pilot, shows(app, "req-1-0"), what="the new requests after p")
+        assert "FROZEN" not in screen_text(app)
+
+
+@pytest.mark.parametrize("where", ["missing", "read-only"])
+async def test_r_into_a_directory_that_cannot_take_a_file_says_so_once(tui_pub, tmp_path, where):
+    """r with --record-dir missing or not writable: one line saying why, no "recording to" toast,
+    no REC; r again says the same instead of pretending to start once more; no file anywhere."""
+    import os
+
+    record_dir = tmp_path / where
+    if where == "read-only":
+        record_dir.mkdir()
+        record_dir.chmod(0o500)
+        if os.access(record_dir, os.W_OK):  # root writes anywhere: nothing to refuse
+            pytest.skip("this user can write into a read-only directory")
+    app = Eagle3TopApp([tui_pub.bound_endpoint], record_dir=str(record_dir), refresh_hz=20)
+    async with app.run_test(size=SIZE) as pilot:
+        await joined(pilot, app)
+        for presses in (1, 2):
+            await pilot.press("r")
+            await wait_until(pilot, shows(app, "cannot record"), what="why not")
+            await pilot.pause(0.2)  # several refresh ticks: a worker's late verdict would show
+            # the toasts raised so far (a headless run keeps them, it does not draw them)
+            toasts = [n.message for n in app._notifications]
+            assert not any("recording to" in m for m in toasts), toasts
+            assert sum("cannot record" in m for m in toasts) == presses, toasts
+            assert "● REC" not in screen_text(app) and not app.feed.recording.active
+        publish_steps(tui_pub, [[1, 1]], n=4)
+        await wait_until(pilot, lambda: source_steps(app) == 1, what="still receiving")
+    assert not list(tmp_path.rglob("*.mcap"))
+
+
 async def test_help_opens_and_closes_and_q_quits(tui_pub):
     exited: list[bool] = []
     app = Eagle3TopApp([tui_pub.bound_endpoint], on_exit=[lambda: exited.append(True)])

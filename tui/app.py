@@ -44,11 +44,12 @@ from .timeline_screen import TimelineScreen
 from .token_text import TokenText
 from .tokenizer_shelf import TokenizerShelf
 
-NARROW, TALL = 100, 40  # columns and lines of the size classes
+NARROW, SHORT, TALL = 100, 30, 40  # columns and lines of the size classes
 
 
 class Eagle3TopApp(App[None]):
     CSS_PATH = "app.tcss"
+    REPLAY = False  # the help lists the keys of the mode it is in
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("p", "toggle_pause", "pause"),
@@ -151,11 +152,13 @@ class Eagle3TopApp(App[None]):
 
     def _width_class(self, width: int, height: int) -> None:
         """A layout per size class: narrow (< 100 columns) drops table columns and side panels'
-        extras; tall (>= 40 lines) gives the sources table more rows."""
+        extras; short (< 30 lines) drops the panels the plots also draw; tall (>= 40 lines) gives
+        the sources table more rows."""
         main = self.screen_stack[0] if self.screen_stack else None
         if main is None:
             return
         main.set_class(width < NARROW, "-narrow")
+        main.set_class(height < SHORT, "-short")
         main.set_class(height >= TALL, "-tall")
         self.table.set_compact(width < NARROW)
 
@@ -217,6 +220,11 @@ class Eagle3TopApp(App[None]):
 
     def _render_status(self) -> None:
         rec = self.feed.recording
+        for started, what in rec.outcomes():
+            if started:
+                self.notify(f"recording to {what} (r stops)")
+            else:
+                self.notify(what, severity="error")
         recording = f"{rec.path} {rec.frames} frames" if rec.active else None
         error = self.feed.error or self.render_error or rec.error
         self.status_bar.update_from(
@@ -284,12 +292,10 @@ class Eagle3TopApp(App[None]):
             rec.stop()
             self.notify(f"recording stopped: {path} ({rec.frames} frames)")
         else:
-            path = default_name(self.record_dir)
-            why = rec.start(path)
+            why = rec.start(default_name(self.record_dir))
             if why is not None:
-                self.notify(f"cannot record: {why}", severity="error")
-            else:
-                self.notify(f"recording to {path} (r stops)")
+                self.notify(why, severity="error")
+            # else the worker opens the file: _render_status says so once it has, or why not
         self._render_status()
 
     def action_next_window(self) -> None:
@@ -335,7 +341,7 @@ class Eagle3TopApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(replay=self.REPLAY))
 
     def _move(self, delta: int) -> None:
         table = self.table

@@ -31,6 +31,9 @@ class FeedRecording:
         self.frames = 0
         self.error: str | None = None
         self.last_closed: str | None = None  # the file most recently finished, and its frames
+        # What became of each start asked for: (True, path) once the file is open, (False, why) when
+        # it could not be; the UI tells the user from these, not from having asked.
+        self._outcomes: list[tuple[bool, str]] = []
 
     @property
     def active(self) -> bool:
@@ -39,12 +42,28 @@ class FeedRecording:
     # -- the UI thread -----------------------------------------------------------------------
 
     def start(self, path: str) -> str | None:
-        """Ask the worker to record into ``path``; the reason it cannot, or None."""
-        if os.path.exists(path):
-            return f"{path} exists"
+        """Ask the worker to record into ``path``; the reason it cannot, or None (``outcomes``
+        then says whether the worker could open it)."""
+        directory = os.path.dirname(path) or "."
+        why = None
+        if not os.path.isdir(directory):
+            why = f"cannot record to {directory}: " + (
+                "not a directory" if os.path.exists(directory) else "no such directory"
+            )
+        elif os.path.exists(path):
+            why = f"cannot record to {path}: it exists"
+        if why is not None:
+            self.error = why  # the status bar says the same as the answer to the key
+            return why
         with self._lock:
             self._want, self._want_stop = path, False
         return None
+
+    def outcomes(self) -> list[tuple[bool, str]]:
+        """The starts the worker carried out or refused since the last call, oldest first."""
+        with self._lock:
+            out, self._outcomes = self._outcomes, []
+        return out
 
     def stop(self) -> None:
         with self._lock:
@@ -65,8 +84,12 @@ class FeedRecording:
                 self._writer = RecordingWriter(want, exclusive=True)
             except OSError as exc:
                 self.error = f"cannot record to {want}: {exc.strerror or exc}"
+                with self._lock:
+                    self._outcomes.append((False, self.error))
                 return
             self.path, self.frames, self.error = want, 0, None
+            with self._lock:
+                self._outcomes.append((True, want))
         if self._writer is not None:
             try:
                 self._writer.tick()

@@ -5,6 +5,7 @@ draws it; ``c`` there copies it."""
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 from eagle3_top.tracer.analysis.finding_docs import docs_anchor
@@ -37,8 +38,9 @@ def _ordered(snap: Snapshot, first: str | None) -> list[SourceSnapshot]:
     return sorted(snap.sources, key=lambda s: (s.key != first, s.key))
 
 
-def findings_report(snap: Snapshot | None, first: str | None = None) -> Text:
-    """``first``: the selected source, listed before the others."""
+def findings_report(snap: Snapshot | None, first: str | None = None, width: int | None = None) -> Text:
+    """``first``: the selected source, listed before the others; ``width``: the columns to wrap
+    in, each field's lines under its own indent (None: one line per field)."""
     t = Text()
     if snap is None or not snap.sources:
         t.append("no source heard yet", style="dim")
@@ -54,18 +56,37 @@ def findings_report(snap: Snapshot | None, first: str | None = None) -> Text:
         if not src.findings and src.hello is not None and not src.findings_error:
             t.append("  none\n", style="green")
         for f in src.findings:
-            _finding(t, f)
+            _finding(t, f, width)
     return t
 
 
-def _finding(t: Text, f: Finding) -> None:
+def _finding(t: Text, f: Finding, width: int | None) -> None:
     t.append(f"  {f.severity.upper():<7} ", style=_STYLE.get(f.severity, ""))
     t.append(f"{f.code}\n", style=_STYLE.get(f.severity, ""))
-    t.append(f"    {f.message}\n")
+    _field(t, f.message, width)
     if f.fix:
-        t.append("    fix: ", style="bold")
-        t.append(f"{f.fix}\n")
+        _field(t, f.fix, width, label="fix: ", label_style="bold")
     if f.evidence:
-        t.append("    evidence: ", style="dim")
-        t.append(f"{evidence_text(f.evidence)}\n", style="dim")
-    t.append(f"    docs: {docs_anchor(f.code)}\n", style="dim")
+        _field(t, evidence_text(f.evidence), width, label="evidence: ", label_style="dim", style="dim")
+    _field(t, f"docs: {docs_anchor(f.code)}", width, style="dim")
+
+
+INDENT = "    "
+
+
+def _field(
+    t: Text, text: str, width: int | None, *, label: str = "", label_style: str = "", style: str = ""
+) -> None:
+    """``label`` and ``text`` from the indent on; wrapped, the lines it continues on start under
+    the text (a terminal's own wrap starts them at column 0, under nothing)."""
+    if width is None or width - len(INDENT) - len(label) < 20:  # the terminal's own wrap it is
+        lines = [label + text]
+    else:
+        lines = textwrap.wrap(label + text, width - len(INDENT), subsequent_indent=" " * len(label),
+                              break_long_words=True, break_on_hyphens=False) or [label]  # fmt: skip
+    for i, line in enumerate(lines):
+        t.append(INDENT)
+        if i == 0 and label:
+            t.append(label, style=label_style)
+            line = line[len(label) :]
+        t.append(line + "\n", style=style)

@@ -30,7 +30,7 @@ class FindingsScreen(Screen[None]):
         yield Footer()
 
     def update_from(self, snap: Snapshot) -> None:
-        self.report.show(findings_report(snap, self.first))
+        self.report.show(findings_report(snap, self.first, self.report.size.width or None))
 
     def action_copy(self) -> None:
         text = self.report._shown

@@ -8,11 +8,12 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-HELP_TEXT = """\
+# The keys of both modes; each mode adds its own (a replay has no FROZEN display and records nothing:
+# its p plays and pauses the recording, in the replay section).
+COMMON_KEYS = """\
 [b]Keys[/b]
   [b]q[/b]          quit
-  [b]p[/b]          freeze the display (FROZEN); data keeps being received
-  [b]r[/b]          record what arrives to eagle3-top-DATE-TIME.mcap; r stops
+{mode_keys}\
   [b]w[/b]          acceptance since start, over the last 60 s, the last 10 s
   [b]↑ ↓ tab[/b]    select a source (one row per host:pid:rank)
   [b]enter[/b]      the selected source's requests (below)
@@ -33,16 +34,30 @@ HELP_TEXT = """\
 [b]Requests view[/b] (enter on a source)
   [b]s[/b] sort (running first, tokens, accept length, last, age)  [b]S[/b] reverse
   [b]/[/b] filter by rid    [b]i[/b] show SGLang's own (HEALTH_CHECK) requests
+  [b]home end[/b]   the first / the last request
   [b]enter[/b]      a request's timeline: its accept length per step, and
              its drafts step by step (accepted green, rejected red)
 
-[b]Replay keys[/b] (eagle3-top --replay FILE)
+{mode_section}\
+"""
+
+LIVE_KEYS = """\
+  [b]p[/b]          freeze the display (FROZEN); data keeps being received
+  [b]r[/b]          record what arrives to eagle3-top-DATE-TIME.mcap; r stops
+"""
+
+
+REPLAY_SECTION = """\
+[b]Replay keys[/b] (eagle3-top --replay FILE; on the main screen)
   [b]p space[/b]    play / pause           [b], .[/b]   one event back / forward
   [b]← →[/b]        one second back / forward (shift: ten)
   [b]+ -[/b]        speed 0.25x .. 100x, then max
   [b]j[/b]          jump to a time or a percentage
   [b]0-9[/b]        go to 0%, 10%, .. 90%   [b]home end[/b]   start / end
 
+"""
+
+NUMBERS = """\
 [b]What the numbers mean[/b]
   [b]accept len[/b] per verify step: [b]accepted draft tokens + 1[/b] (the bonus
              token), as SGLang, vLLM and the EAGLE papers count it;
@@ -76,6 +91,14 @@ HELP_TEXT = """\
 """
 
 
+def help_text(replay: bool = False) -> str:
+    """The help of the live monitor, or of a replay: only the keys that mode has."""
+    keys = COMMON_KEYS.format(
+        mode_keys="" if replay else LIVE_KEYS, mode_section=REPLAY_SECTION if replay else ""
+    )
+    return keys + NUMBERS
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape", "close", "close"),
@@ -83,9 +106,13 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "close", "close"),
     ]
 
+    def __init__(self, replay: bool = False) -> None:
+        super().__init__()
+        self.replay = replay
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(HELP_TEXT, id="help-text")
+            yield Static(help_text(self.replay), id="help-text")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -24,7 +24,7 @@ def render_layer_map(src: SourceSnapshot | None) -> Text:
     t.append("(canonical: block k output, -1 = embedding)\n", style="dim")
     for r in rows:
         style = "" if r.ok else "bold red"
-        status = "ok" if r.ok else ("LAYER" if not r.layer_ok else "DRIFT")
+        status = "ok" if r.ok else (_mismatch(r.trained, r.served) if not r.layer_ok else _DRIFT)
         if r.layer_ok and r.stats_ok is None:
             status = "ok (stats pending)"
         served = "—" if r.served is None else str(r.served)
@@ -37,6 +37,21 @@ def render_layer_map(src: SourceSnapshot | None) -> Text:
         t.append(status + "\n", style=style or "green")
     t.rstrip()
     return t
+
+
+# what a wrong slot means, in words: the line ends there, so a wide terminal shows all of it and a
+# narrow one cuts it (the findings below carry the fix)
+_DRIFT = "DRIFT: the served values are far from training's (rms or direction)"
+
+
+def _layer(canonical: int | None) -> str:
+    if canonical is None:
+        return "nothing"
+    return "the embeddings" if canonical == -1 else f"block {canonical}'s output"
+
+
+def _mismatch(trained: int | None, served: int | None) -> str:
+    return f"LAYER MISMATCH: trained on {_layer(trained)}, served {_layer(served)}"
 
 
 class LayerMap(TextPanel):

@@ -10,6 +10,7 @@ from typing import ClassVar
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.reader.replay import Timeline, parse_seek, speed_label
 from eagle3_top.tracer.schema.text import printable
+from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
 
 from .app import Eagle3TopApp
@@ -20,12 +21,18 @@ from .token_text import TokenText
 
 
 class ReplayApp(Eagle3TopApp):
+    REPLAY = True
     BINDINGS: ClassVar[list[BindingType]] = [
-        *(b for b in Eagle3TopApp.BINDINGS if isinstance(b, Binding) and b.action != "toggle_record"),
+        *(
+            b
+            for b in Eagle3TopApp.BINDINGS
+            if isinstance(b, Binding) and b.action not in ("toggle_record", "toggle_pause")
+        ),
         # Textual merges a base class's bindings in: `r` is taken over here, and kept off the footer
         Binding("r", "toggle_record", "record", show=False),
+        Binding("p", "toggle_pause", "play/pause"),  # not "pause": it plays the recording too
         Binding("space", "toggle_pause", "play/pause", show=False),
-        Binding("period", "step_events(1)", "+1 event", key_display="."),
+        Binding("full_stop", "step_events(1)", "+1 event", key_display="."),
         Binding("comma", "step_events(-1)", "-1 event", key_display=","),
         Binding("right", "step_seconds(1)", "+1s", key_display="→", priority=True),
         Binding("left", "step_seconds(-1)", "-1s", key_display="←", priority=True),
@@ -34,8 +41,10 @@ class ReplayApp(Eagle3TopApp):
         Binding("plus,equals_sign", "speed(1)", "faster", key_display="+"),
         Binding("minus", "speed(-1)", "slower", key_display="-"),
         Binding("j", "seek_prompt", "jump to"),  # g is the plots, as in the live monitor
-        Binding("home", "seek_fraction(0)", "start", show=False),
-        Binding("end", "seek_fraction(1)", "end", show=False),
+        # priority: the focused sources table would take them to scroll; a view of its own (the
+        # requests) keeps them (``action_seek_edge``)
+        Binding("home", "seek_edge(0)", "start", show=False, priority=True),
+        Binding("end", "seek_edge(1)", "end", show=False, priority=True),
         *(Binding(str(d), f"seek_fraction({d / 10})", f"{d * 10}%", show=False) for d in range(10)),
     ]
 
@@ -103,6 +112,13 @@ class ReplayApp(Eagle3TopApp):
     def action_seek_fraction(self, fraction: float) -> None:
         self.timeline.seek_fraction(fraction)
         self._moved()
+
+    def action_seek_edge(self, fraction: float) -> None:
+        """Home / End: the start or the end of the recording, from the main screen; over it (the
+        requests view, the help) the key goes to that view instead."""
+        if self.screen is not self.screen_stack[0]:
+            raise SkipAction()
+        self.action_seek_fraction(fraction)
 
     def action_speed(self, steps: int) -> None:
         speed = self.timeline.faster(steps)

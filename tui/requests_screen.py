@@ -76,6 +76,9 @@ class RequestsScreen(Screen[None]):
         overflowed: int = 0,
     ) -> None:
         t = Text(no_wrap=True, overflow="ellipsis")
+        if getattr(self.app, "paused", False):  # p froze the display: these rows too
+            t.append(" FROZEN ", style="bold black on yellow")
+            t.append(" ")
         t.append("requests ", style="bold")
         t.append(name or self.key, style="cyan")
         if rows is None:

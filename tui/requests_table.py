@@ -1,9 +1,11 @@
-"""The requests of one source, one row per request, keyed by rid (the cursor follows its request
-across refreshes)."""
+"""The requests of one source, one row per request, keyed by rid. Across refreshes the cursor stays
+on the request the user moved it to; until then, and after home, it stays on the first row (where
+the running requests are), after end on the last."""
 
 from __future__ import annotations
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.coordinate import Coordinate
 
 from .fmt import short
@@ -48,10 +50,34 @@ def _cells(r: RequestRow) -> tuple[Text | str, ...]:
 
 
 class RequestsTable(GrowingTable):
+    # DataTable's home/end scroll sideways only; here they go to the first and the last request
+    BINDINGS = [
+        Binding("home", "scroll_top", "first", show=False),
+        Binding("end", "scroll_bottom", "last", show=False),
+    ]
+
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._rids: tuple[str, ...] = ()
         self._cells: list[tuple[Text | str, ...]] = []
+        # "top", "bottom": the cursor keeps to that end as rows come and go; None: to its request.
+        # Following the first request instead, the view slid down with it as it finished, and
+        # showed only finished rows under a header counting the running ones.
+        self._pin: str | None = "top"
+        self._placing = False  # the cursor is moved here, not by the user
+
+    def watch_cursor_coordinate(self, old: Coordinate, new: Coordinate) -> None:
+        super().watch_cursor_coordinate(old, new)
+        if not self._placing and old != new:
+            self._pin = None  # the user moved it (keys, mouse): from now on it keeps its request
+
+    def action_scroll_top(self) -> None:
+        super().action_scroll_top()
+        self._pin = "top"
+
+    def action_scroll_bottom(self) -> None:
+        super().action_scroll_bottom()
+        self._pin = "bottom"
 
     def on_mount(self) -> None:
         self._ensure_columns()
@@ -81,9 +107,20 @@ class RequestsTable(GrowingTable):
                         self.update_cell_at(Coordinate(i, j), a)
             self._cells = cells
             return
-        self.clear()
-        self._rids, self._cells = rids, cells
-        for r, c in zip(rows, cells, strict=True):
-            self.add_row(*c, key=r.rid)
-        if keep in rids:
-            self.move_cursor(row=rids.index(keep))
+        at = self.cursor_row
+        self._placing = True
+        try:
+            self.clear()
+            self._rids, self._cells = rids, cells
+            for r, c in zip(rows, cells, strict=True):
+                self.add_row(*c, key=r.rid)
+            if self._pin == "top" or not rids:
+                self.move_cursor(row=0)
+            elif self._pin == "bottom":
+                self.move_cursor(row=len(rids) - 1)
+            elif keep in rids:
+                self.move_cursor(row=rids.index(keep))
+            else:  # its request is gone (forgotten, filtered out): its neighbour takes the place
+                self.move_cursor(row=min(at, len(rids) - 1))
+        finally:
+            self._placing = False

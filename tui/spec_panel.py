@@ -20,6 +20,14 @@ SPEC_LABELS = {
 def render_spec(src: SourceSnapshot | None, width: int = 60) -> Text:
     t = Text(no_wrap=False)
     t.append("config\n", style="bold underline")
+    rewrites = src.hello.rewrites if src is not None and src.hello is not None else ()
+    # the server's silent rewrites first: on a short screen they are what must stay in view
+    for rw in rewrites:
+        t.append("⚠ ", style="bold red")
+        t.append(f"{rw.param} {rw.old} → {rw.new}", style="bold red")
+        if rw.reason:
+            t.append(f" ({rw.reason})", style="red")
+        t.append("\n")
     if src is None:
         t.append("no source selected", style="dim")
         return t
@@ -56,12 +64,6 @@ def render_spec(src: SourceSnapshot | None, width: int = 60) -> Text:
         else:
             t.append(f"{e if e is not None else r}", style="bold")
     t.append("\n")
-    for rw in h.rewrites:
-        t.append("⚠ ", style="bold red")
-        t.append(f"{rw.param} {rw.old} → {rw.new}", style="bold red")
-        if rw.reason:
-            t.append(f" ({rw.reason})", style="red")
-        t.append("\n")
     # capture layers
     aux = h.aux
     if aux is not None:

@@ -62,11 +62,13 @@ class TimelineScreen(Screen[None]):
         else:
             t.append("\nno longer tracked (forgotten to bound memory, or the source is gone)", style="yellow")
         if tl is not None and tl.rid == self.rid:
-            t.append(f"\naccept length per step ({len(tl.lens)} steps", style="dim")
             if tl.lens:
-                t.append(f", min {min(tl.lens)} max {max(tl.lens)}", style="dim")
-            t.append(")", style="dim")
-            self.lens.data = list(tl.lens) or [0]
+                t.append(f"\naccept length per step ({len(tl.lens)} steps", style="dim")
+                t.append(f", min {min(tl.lens)} max {max(tl.lens)})", style="dim")
+                self.lens.data = list(tl.lens)
+            else:  # a sparkline of nothing is drawn as a full block: say it instead
+                t.append("\naccept length per step: no steps of it to plot", style="dim")
+            self.lens.display = bool(tl.lens)
             shelf = getattr(self.app, "tokenizers", None)
             tokens = shelf.for_hello(src.hello).tokens if shelf is not None and src is not None else None
             self.view.update_from(tl, tokens)

@@ -164,8 +164,9 @@ class Timeline:
             else:
                 self._now_ns += int(elapsed * self.speed * 1e9)
                 end = min(bisect.bisect_right(self._times, self._now_ns), self._pos + max_frames)
-                if end == len(self.frames) and not self.follow:
-                    self._now_ns = min(self._now_ns, self._times[-1])  # the end holds still
+                if end == len(self.frames) and self._times:
+                    # the end holds still; followed, it waits there for what the recorder appends
+                    self._now_ns = min(self._now_ns, self._times[-1])
             start = self._pos
             out = self.frames[start:end]
             if end > start and (self.speed is None or self._target is not None or not self._playing):
