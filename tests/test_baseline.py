@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -250,18 +251,25 @@ def _free_endpoint() -> str:
 @torch_needed
 def test_a_recorded_run_of_the_engine_without_speculation_is_a_baseline_and_raises_no_findings(tmp_path):
     endpoint = _free_endpoint()
-    engine = subprocess.Popen(
-        [*CLI, "toy", "--publish", endpoint, "--speculative-algorithm", "NONE", "--max-steps-per-s", "100"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
     base = tmp_path / "base.mcap"
+    # recording first, then a run of the engine from start to end, then the recording stopped: the
+    # file holds the whole run however slowly the box starts either (a fixed --duration did not)
+    rec = subprocess.Popen(
+        [*CLI, "record", endpoint, "-o", str(base), "--duration", "3600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        rec = run("record", endpoint, "-o", str(base), "--duration", "4")
-        assert rec.returncode == 0, rec.stderr
+        assert rec.stderr is not None and "recording" in rec.stderr.readline()
+        engine = subprocess.run(
+            [*CLI, "toy", "--publish", endpoint, "--speculative-algorithm", "NONE", "--max-steps", "300",
+             "--max-steps-per-s", "100"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600,
+        )  # fmt: skip
     finally:
-        engine.terminate()
-        _, err = engine.communicate(timeout=20)
-    assert "decode steps without speculation" in err.decode()
+        rec.send_signal(signal.SIGINT)
+        _, rec_err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, rec_err
+    assert "decode steps without speculation" in engine.stderr
 
     # judged as the monitor judges it, against the toy's training manifest: a server that does not
     # speculate has no layers, acceptance or draft to find fault with

@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from conftest import PATIENCE_S
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
@@ -21,7 +22,7 @@ def _screen(session: str) -> str:
     ).stdout
 
 
-def _wait_for(session: str, pattern: str, timeout: float) -> str:
+def _wait_for(session: str, pattern: str, timeout: float = PATIENCE_S) -> str:
     deadline = time.monotonic() + timeout
     screen = ""
     while time.monotonic() < deadline:
@@ -33,6 +34,18 @@ def _wait_for(session: str, pattern: str, timeout: float) -> str:
 
 
 ENGINE = "eagle3_top.hooks.toy_main"
+
+
+def _select_source_showing(session: str, text: str, sources: int = 2) -> None:
+    """Tab through the sources until the selected one's panels show ``text``; each Tab is given
+    time to be drawn (a fixed pause was too short on a loaded box, and the next Tab went back)."""
+    for _ in range(sources):
+        try:
+            _wait_for(session, re.escape(text), 5)
+            return
+        except AssertionError:
+            subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
+    _wait_for(session, re.escape(text))
 
 
 def _engines_of(pid_tag: str) -> list[str]:
@@ -48,23 +61,19 @@ def test_demo_shows_the_bug_next_to_the_healthy_engine_and_quits_cleanly() -> No
         # the demo builds its manifest first, and CI boxes are slow and shared
         screen = _wait_for(session, r"(?s)toy\s+live.*toy\s+live", 180)
         # two sources, one near the 4.0 ceiling and one near 1
-        _wait_for(session, r"live\s+3\.\d\d", 30)
-        screen = _wait_for(session, r"live\s+1\.\d\d", 30)
+        _wait_for(session, r"live\s+3\.\d\d")
+        screen = _wait_for(session, r"live\s+1\.\d\d")
         lengths = [float(x) for x in re.findall(r"toy\s+live\s+(\d\.\d\d)", screen)]
         assert max(lengths) >= 2.5 and min(lengths) <= 1.6, screen
         # the selected source's findings: walk the sources until the mis-wired one shows its layer map
-        for _ in range(3):
-            if "LAYER_MAP_MISMATCH" in _screen(session):
-                break
-            subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
-            time.sleep(1.5)
+        _select_source_showing(session, "LAYER_MAP_MISMATCH")
         screen = _screen(session)
         assert "LAYER_MAP_MISMATCH" in screen and "LAYER" in screen, screen
         # the engines are processes of their own, started by module name (never imported by the monitor)
         demo_pids = _engines_of(f"{sys.executable} -m {ENGINE} --publish")
         assert len(demo_pids) >= 2
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + PATIENCE_S  # torch processes take a while to exit on a loaded box
         while time.monotonic() < deadline and any(p in _engines_of(ENGINE) for p in demo_pids):
             time.sleep(0.3)
         assert not any(p in _engines_of(ENGINE) for p in demo_pids), "engines left running"
@@ -100,7 +109,7 @@ def test_wire_strings_cannot_drive_the_terminal() -> None:
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "30", cmd], check=True)
     try:
         subprocess.run(["tmux", "set-option", "-t", session, "allow-rename", "on"], check=False)
-        screen = _wait_for(session, r"evil\\x1b\]2;pwned\\x07", 60)
+        screen = _wait_for(session, r"evil\\x1b\]2;pwned\\x07")
         time.sleep(1.0)
         title = subprocess.run(
             ["tmux", "display-message", "-p", "-t", session, "#{pane_title}"], capture_output=True, text=True
@@ -131,19 +140,15 @@ def test_replay_of_the_shipped_sample_in_a_real_terminal() -> None:
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "32", cmd], check=True)
     try:
         # one pattern for the whole line: a capture can catch the line half drawn
-        _wait_for(session, r"■ end\s+25x[^\n]*100%[^\n]*event 1185/1185", 60)
-        screen = _wait_for(session, r"(?s)toy\s+closed.*toy\s+closed", 10)
+        _wait_for(session, r"■ end\s+25x[^\n]*100%[^\n]*event 1185/1185")
+        screen = _wait_for(session, r"(?s)toy\s+closed.*toy\s+closed")
         lengths = sorted(float(x) for x in re.findall(r"toy\s+closed[^\n]*?\s(\d\.\d\d)\s", screen))
         assert len(lengths) == 2 and lengths[0] < 1.5 < 3.5 < lengths[1], screen
-        for _ in range(3):
-            if "LAYER_IDS_NOT_READ" in _screen(session):
-                break
-            subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
-            time.sleep(1.0)
+        _select_source_showing(session, "LAYER_IDS_NOT_READ")
         assert "LAYER_IDS_NOT_READ" in _screen(session)
         subprocess.run(["tmux", "send-keys", "-t", session, "5"], check=True)
-        _wait_for(session, r"⏸[^\n]*\s50%", 10)
+        _wait_for(session, r"⏸[^\n]*\s50%")
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        _wait_for(session, r"EXITED 0", 15)
+        _wait_for(session, r"EXITED 0")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
