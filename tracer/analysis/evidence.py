@@ -41,8 +41,8 @@ from eagle3_top.tracer.schema import (
     probe_view,
     split_source_key,
     step_columns,
+    step_depths,
     step_view,
-    tree_depth,
 )
 
 MAX_SOURCES = 256
@@ -271,9 +271,9 @@ class EvidenceBook:
         cat = accs[0] if len(accs) == 1 else np.concatenate(accs)
         sizes = np.fromiter((a.size for a in accs), dtype=np.int64, count=len(accs))
         tokens = np.fromiter((t for _, _, t in items), dtype=np.int64, count=len(items))
-        depth = tree_depth(items[0][0].body, n)  # one tree shape per server configuration
-        if check_values(n, cat, sizes, tokens):
-            st.acceptance.add_many(cat, n, now, len(items), depth)
+        depths = step_depths([ev.body for ev, _, _ in items], n, sizes)
+        if check_values(n, cat, sizes, tokens, depths):
+            st.acceptance.add_many(cat, n, now, len(items), depths)
             if self.track_requests:
                 st.requests.push(now, [ev for ev, _, _ in items], cat, sizes)
             st.steps += len(items)
@@ -286,7 +286,7 @@ class EvidenceBook:
             except DecodeError as exc:
                 self._malformed(st, ev, exc, on_malformed)
                 continue
-            st.acceptance.add(sv.accepted, sv.n, now, tree_depth(ev.body, sv.n))
+            st.acceptance.add(sv.accepted, sv.n, now, sv.depths)
             if self.track_requests:
                 st.requests.push(now, (ev,), sv.accepted, np.array([sv.batch]))
             st._stepped(ev, sv)

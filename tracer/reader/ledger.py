@@ -80,7 +80,9 @@ class SourceCounters:
 
     def __post_init__(self) -> None:
         if self.late_join < 0:
-            self.late_join = self.first_seq
+            # A first seq past any plausible count is no late join of billions of events either.
+            self.late_join = self.first_seq if self.first_seq <= MAX_GAP else 0
+            self.resyncs += self.first_seq > MAX_GAP
 
     @property
     def gaps(self) -> int:
@@ -116,9 +118,15 @@ class SourceCounters:
             self.resyncs += 1
             self._new_epoch(seq)
         elif seq + REORDER_WINDOW < self.max_seq:
-            self.restarts += 1
-            self._new_epoch(0)  # the events of the new publisher before this one were missed
-            self.started = None  # its first health names the new start time, not another restart
+            if seq > MAX_GAP:
+                # No new publisher has counted that far: a fall back to such a seq is as implausible
+                # as a jump forward, and counting the new epoch from 0 would turn it into loss.
+                self.resyncs += 1
+                self._new_epoch(seq)
+            else:
+                self.restarts += 1
+                self._new_epoch(0)  # the events of the new publisher before this one were missed
+                self.started = None  # its first health names the new start time, not another restart
         if seq < self.first_seq:
             self.first_seq = seq
         if seq > self.max_seq:
