@@ -203,3 +203,64 @@ def test_a_recording_of_impossible_steps_shows_no_impossible_rate(tmp_path: Path
     assert all(0.0 <= p <= 1.0 for p in acc["unconditional"])
     # and the frames themselves are all still in the recording, as received
     assert [decode(f.data).seq for f in read_recording(path)] == list(range(41))
+
+
+# -- a flood of invented source ids ---------------------------------------------------------------
+
+ENGINE = "gpu-real:42:r0"
+
+
+def flooded_recording(path: str, steps: int = 60, flood_per_step: int = 1100) -> None:
+    """A real engine (a hello every 40 steps, then steps) whose every step is followed by
+    ``flood_per_step`` frames of sources invented for one frame each: a step body with its
+    columns wrong, or a hello that is no map. The 256-source book overflows between any two of the
+    engine's frames."""
+    w = RecordingWriter(path)
+    t, seq, fake = 0, 0, 0
+    bad_step = {**step(0), "accepted": b"\x00"}  # a column of the wrong length
+
+    def add(src: str, s: int, kind: str, body: dict[str, object]) -> None:
+        nonlocal t
+        w.add(encode(kind, src, s, 1_780_000_000.0 + t / 1e4, body), EP, T0_NS + t * 10**5)
+        t += 1
+
+    for i in range(steps):
+        if i % 20 == 0:
+            add(ENGINE, seq, HELLO, hello().to_body())
+            seq += 1
+        add(ENGINE, seq, STEP, step(i, max_accept=4))
+        seq += 1
+        for _ in range(flood_per_step):
+            add(f"fake{fake}:1:r0", 0, STEP if fake % 2 else HELLO, bad_step if fake % 2 else {"engine": 5})
+            fake += 1
+    w.close()
+
+
+def test_a_flood_of_invented_sources_does_not_evict_a_real_engine_from_check(tmp_path: Path) -> None:
+    path = str(tmp_path / "flood.mcap")
+    flooded_recording(path)
+    r = run("check", "--replay", path, "--json", "--steps", "50", "--allow-partial")
+    out = json.loads(r.stdout)
+    (engine,) = [s for s in out["sources"] if s["key"] == ENGINE]
+    assert engine["hello"] is True and engine["steps"] == 60  # none forgotten, none restarted
+    assert engine["missing"] == []
+    assert out["evictions"]["proven"] == 0 and out["evictions"]["unproven"] > 60_000
+    assert any("never sent a hello and steps" in n for n in out["notes"])
+
+    once = run("--replay", path, "--once", "--json")
+    assert once.returncode == 0, once.stderr
+    snap = json.loads(once.stdout)
+    (src,) = [s for s in snap["sources"] if s["key"] == ENGINE]
+    assert src["events"]["steps"] == 60 and src["hello"] is not None
+    loss = src["loss"]
+    assert (loss["gaps"], loss["late_join"], loss["received"]) == (0, 0, 63)  # the seq counters kept it too
+    assert snap["transport"]["evictions"]["proven"] == 0 and snap["transport"]["evictions"]["unproven"] > 0
+
+    # the recorder's writer took all 66,000 sources (MCAP numbers only 65,535 channels); recording
+    # info names each by its frames
+    info = run("recording", "info", path, "--json")
+    assert info.returncode == 0, info.stderr
+    got = json.loads(info.stdout)
+    assert len(got["sources"]) == 60 * 1100 + 1 and "many-sources" not in got["sources"]
+    assert got["sources"][ENGINE]["frames"] == 63 and got["sources"]["fake65999:1:r0"]["frames"] == 1
+    assert got["sources"][ENGINE]["drops"][EP]["gaps"] == 0
