@@ -264,3 +264,41 @@ def test_a_flood_of_invented_sources_does_not_evict_a_real_engine_from_check(tmp
     assert len(got["sources"]) == 60 * 1100 + 1 and "many-sources" not in got["sources"]
     assert got["sources"][ENGINE]["frames"] == 63 and got["sources"]["fake65999:1:r0"]["frames"] == 1
     assert got["sources"][ENGINE]["drops"][EP]["gaps"] == 0
+
+
+def test_live_check_keeps_a_real_engine_through_a_flood_over_loopback(xpub: tuple[zmq.Socket, str]) -> None:
+    """An engine on one endpoint sends a hello and 15 steps; then 2,000 invented ids of one frame
+    each arrive on another; then the engine's 25 other steps. check judges the engine on all 40
+    steps it sent, with its hello, and names the flood by kind."""
+    import threading
+
+    engine_sock, engine_ep = xpub
+    flood = zmq.Context.instance().socket(zmq.XPUB)
+    flood.setsockopt(zmq.LINGER, 0)
+    flood.setsockopt(zmq.SNDHWM, 0)  # every invented id queued, however slow the reader
+    flood.bind("tcp://127.0.0.1:0")
+    flood_ep = flood.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def send() -> None:
+        if not (engine_sock.poll(60_000) and flood.poll(60_000)):  # check subscribed to both
+            return
+        engine_sock.recv(), flood.recv()
+        engine_sock.send(encode(HELLO, ENGINE, 0, 1_780_000_000.0, hello().to_body()))
+        for i in range(1, 41):
+            engine_sock.send(encode(STEP, ENGINE, i, 1_780_000_000.0 + i, step(i, max_accept=4)))
+            if i == 15:
+                for k in range(2000):
+                    flood.send(encode(STEP, f"fake{k}:1:r0", 0, 1_780_000_000.0, {"batch": "x"}))
+
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    try:
+        r = run("check", engine_ep, flood_ep, "--json", "--steps", "30", "--timeout", "90", "--allow-partial")
+    finally:
+        t.join()
+        flood.close()
+    out = json.loads(r.stdout)
+    (engine,) = [s for s in out["sources"] if s["key"] == ENGINE]
+    assert engine["hello"] is True and engine["steps"] == 40 and engine["missing"] == []
+    assert out["evictions"]["proven"] == 0 and out["evictions"]["unproven"] > 0
+    assert any("never sent a hello and steps" in n for n in out["notes"])
