@@ -302,3 +302,26 @@ def test_live_check_keeps_a_real_engine_through_a_flood_over_loopback(xpub: tupl
     assert engine["hello"] is True and engine["steps"] == 40 and engine["missing"] == []
     assert out["evictions"]["proven"] == 0 and out["evictions"]["unproven"] > 0
     assert any("never sent a hello and steps" in n for n in out["notes"])
+
+
+async def test_the_monitor_keeps_the_engine_and_says_what_it_forgot(tmp_path: Path) -> None:
+    """The monitor replaying a flood: the engine's row stays, and the status bar names what was
+    forgotten by kind."""
+    from conftest import screen_text, wait_until
+    from eagle3_top.tracer.reader.replay import Timeline
+    from eagle3_top.tui.replay_app import ReplayApp
+
+    path = str(tmp_path / "flood.mcap")
+    flooded_recording(path, steps=20, flood_per_step=400)
+    app = ReplayApp(Timeline(path, speed=None), refresh_hz=20)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), timeout=60, what="the end of the replay")
+        await wait_until(
+            pilot, lambda: "never sent a hello and steps" in screen_text(app), what="the evictions by kind"
+        )
+        text = screen_text(app)
+        assert "gpu-real" in text and "had: their figures start over" not in text
+        snap = app.feed.snapshot()
+        (engine,) = [s for s in snap.sources if s.key == ENGINE]
+        assert engine.hello is not None and engine.steps == 20
+        assert snap.evictions.proven == 0 and snap.evictions.unproven > 0
