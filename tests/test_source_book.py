@@ -325,3 +325,44 @@ async def test_the_monitor_keeps_the_engine_and_says_what_it_forgot(tmp_path: Pa
         (engine,) = [s for s in snap.sources if s.key == ENGINE]
         assert engine.hello is not None and engine.steps == 20
         assert snap.evictions.proven == 0 and snap.evictions.unproven > 0
+
+
+def random_step(rng: np.random.Generator, i: int) -> dict[str, object]:
+    """Columns that add up, figures anywhere: a random width, random tree links (some no tree at
+    all), accepted counts anywhere in [0, n - 1]."""
+    n, batch = int(rng.integers(1, 12)), int(rng.integers(1, 5))
+    parents = None
+    if rng.random() < 0.7:
+        parents = np.stack([[-1, *(int(rng.integers(-1, j)) for j in range(1, n))] for _ in range(batch)])
+    acc = rng.integers(0, n, batch).astype(np.int32)
+    return step_body(
+        step=i, rids=[f"r{k}" for k in range(batch)], topk=2,
+        draft=rng.integers(1, 100, (batch, n)).astype(np.int32), accept_lens=acc + 1,
+        parents=None if parents is None else parents.astype(np.int32),
+        tokens=rng.integers(1, 100, int(acc.sum()) + batch).astype(np.int32),
+    )  # fmt: skip
+
+
+def test_fuzzed_steps_never_show_a_figure_outside_its_range(tmp_path: Path) -> None:
+    path = str(tmp_path / "fuzz.mcap")
+    rng = np.random.default_rng(28)
+    w = RecordingWriter(path)
+    for i in range(3000):
+        src = f"fuzz{i % 5}:1:r0"
+        w.add(
+            encode(STEP, src, i // 5, 1_780_000_000.0 + i / 100, random_step(rng, i)), EP, T0_NS + i * 10**7
+        )
+    w.close()
+    once = run("--replay", path, "--once", "--json")
+    assert once.returncode == 0, once.stderr
+    sources = json.loads(once.stdout)["sources"]
+    assert len(sources) == 5
+    for src in sources:
+        assert src["events"]["steps"] > 0 and src["events"]["step_errors"] > 0  # both kinds were sent
+        acc = src["acceptance"]
+        deepest = len(acc["unconditional"])  # the deepest position any folded step proposed
+        assert 0.0 <= acc["accept_rate"] <= 1.0
+        assert 1.0 <= acc["accept_length"] <= deepest + 1
+        assert all(0.0 <= p <= 1.0 for p in acc["unconditional"] + acc["conditional"])
+        for r in src["recent"].values():
+            assert r["accept_rate"] is None or 0.0 <= r["accept_rate"] <= 1.0
