@@ -172,16 +172,17 @@ def row_depths(parents: np.ndarray) -> np.ndarray:
 def step_depths(bodies: Sequence[Mapping[str, Any]], n: int, sizes: np.ndarray) -> np.ndarray | None:
     """Per request-step, the most drafts it could accept, for steps of width ``n`` whose columns
     passed ``step_columns`` (``sizes``: their batches): None when every step is a chain (each row
-    ``n - 1``: the common case costs nothing)."""
-    if all(b.get("parents") is None for b in bodies):
+    ``n - 1``: the common case costs nothing). The trees' rows are stacked and walked once."""
+    trees = [i for i, b in enumerate(bodies) if b.get("parents") is not None]
+    if not trees or n <= 1:
         return None
-    out = np.full(int(sizes.sum()), max(n - 1, 0), dtype=np.int32)
-    at = 0
-    for b, size in zip(bodies, sizes.tolist(), strict=True):
-        parents = b.get("parents")
-        if parents is not None and size:
-            out[at : at + size] = row_depths(np.frombuffer(parents, dtype=TOKEN_DTYPE).reshape(size, n))
-        at += size
+    stacked = np.frombuffer(b"".join(bodies[i]["parents"] for i in trees), dtype=TOKEN_DTYPE)
+    depths = row_depths(stacked.reshape(-1, n))
+    if len(trees) == len(bodies):
+        return depths
+    out = np.full(int(sizes.sum()), n - 1, dtype=depths.dtype)
+    starts = np.cumsum(sizes) - sizes
+    out[np.concatenate([np.arange(starts[i], starts[i] + sizes[i]) for i in trees])] = depths
     return out
 
 
