@@ -85,10 +85,12 @@ class SourceCounters:
         return self.heard_hello + self.heard_step, self.last_recv
 
     def __post_init__(self) -> None:
-        if self.late_join < 0:
+        if self.late_join < 0 and self.first_seq > MAX_GAP:
             # A first seq past any plausible count is no late join of billions of events either.
-            self.late_join = self.first_seq if self.first_seq <= MAX_GAP else 0
-            self.resyncs += self.first_seq > MAX_GAP
+            self.late_join = 0
+            self.resyncs += 1
+        elif self.late_join < 0:
+            self.late_join = self.first_seq
 
     @property
     def gaps(self) -> int:
