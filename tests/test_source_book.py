@@ -366,3 +366,24 @@ def test_fuzzed_steps_never_show_a_figure_outside_its_range(tmp_path: Path) -> N
         assert all(0.0 <= p <= 1.0 for p in acc["unconditional"] + acc["conditional"])
         for r in src["recent"].values():
             assert r["accept_rate"] is None or 0.0 <= r["accept_rate"] <= 1.0
+
+
+def test_a_health_counter_claiming_more_drops_than_holes_is_not_shown(tmp_path: Path) -> None:
+    """The tracer's drops took seq numbers, so they are among the holes: a health event claiming
+    2^62 drops where 3 seq numbers are missing shows 3 at most."""
+    from eagle3_top.tracer.schema import HEALTH, Health
+
+    path = str(tmp_path / "h.mcap")
+    w = RecordingWriter(path)
+    frames = [encode(HEALTH, SRC, 0, 1_780_000_000.0, Health(sent=0, dropped=0, started=5.0).to_body())]
+    frames += [encode(STEP, SRC, s, 1_780_000_000.0 + s, step(s)) for s in (1, 2, 6)]  # 3, 4, 5 missing
+    frames.append(
+        encode(HEALTH, SRC, 7, 1_780_000_010.0, Health(sent=7, dropped=2**62, started=5.0).to_body())
+    )
+    for i, f in enumerate(frames):
+        w.add(f, EP, T0_NS + i * 10**9)
+    w.close()
+    info = run("recording", "info", path, "--json")
+    assert info.returncode == 0, info.stderr
+    drops = json.loads(info.stdout)["sources"][SRC]["drops"][EP]
+    assert (drops["gaps"], drops["publisher_dropped"], drops["slow_consumer"]) == (3, 3, 0)

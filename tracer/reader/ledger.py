@@ -103,7 +103,11 @@ class SourceCounters:
 
     @property
     def publisher_dropped(self) -> int:
-        return 0 if self.dropped_at_join is None else max(0, self.dropped_now - self.dropped_at_join)
+        if self.dropped_at_join is None:
+            return 0
+        # A dropped event still took its seq, so the tracer's drops are among the holes: a health
+        # counter claiming more is no figure to show.
+        return min(max(0, self.dropped_now - self.dropped_at_join), self.gaps)
 
     @property
     def slow_consumer(self) -> int:
