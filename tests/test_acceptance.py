@@ -89,7 +89,7 @@ def test_a_draft_tree_counts_positions_by_depth() -> None:
     """topk 2, 3 steps, 8 tree nodes: a request accepts at most 3 drafts, so there are 3 positions,
     not the 7 a flat reading of the 8 nodes would make (with 4 of them never accepted)."""
     from eagle3_top.tracer.analysis.evidence import EvidenceBook
-    from eagle3_top.tracer.schema import STEP, Event, step_body, tree_depth
+    from eagle3_top.tracer.schema import STEP, Event, row_depths, step_body
 
     parents = np.array([[-1, 0, 0, 1, 1, 2, 3, 4]] * 2, dtype=np.int32)  # depths 0 1 1 2 2 2 3 3
     draft = np.arange(1, 17, dtype=np.int32).reshape(2, 8)
@@ -100,7 +100,7 @@ def test_a_draft_tree_counts_positions_by_depth() -> None:
             step=i, rids=["a", "b"], draft=draft, accept_lens=a + 1, topk=2, parents=parents,
             tokens=np.arange(1, int(a.sum()) + 3, dtype=np.int32),
         )  # fmt: skip
-        assert tree_depth(body, 8) == 3
+        assert list(row_depths(parents)) == [3, 3]
         book.ingest([Event(STEP, "h:1:r0", i, 1000.0 + i, body)], 1000.0 + i)
     s = book.sources["h:1:r0"].acceptance.summary(1003.0)
     assert len(s.unconditional) == 3 and len(s.conditional) == 3
@@ -108,9 +108,5 @@ def test_a_draft_tree_counts_positions_by_depth() -> None:
     assert list(s.unconditional) == pytest.approx([5 / 6, 4 / 6, 3 / 6])
     assert list(s.conditional) == pytest.approx([5 / 6, 4 / 5, 3 / 4])
     assert s.accept_rate == pytest.approx(12 / 18)  # 12 accepted of 6 requests x 3 positions
-    chain = dict(body, parents=None)
-    assert tree_depth(chain, 8) is None
-    assert (
-        tree_depth(dict(body, parents=np.array([[-1, 2, 0, 1, 1, 2, 3, 4]] * 2, np.int32).tobytes()), 8)
-        is None
-    )
+    not_a_tree = np.array([[-1, 2, 0, 1, 1, 2, 3, 4]] * 2, np.int32)  # node 1's parent after it
+    assert list(row_depths(not_a_tree)) == [7, 7]  # read as a chain, as a step without parents

@@ -294,6 +294,9 @@ def test_a_book_that_forgot_a_source_keeps_its_counters(pub: tuple[zmq.Socket, s
         s = scrape(exp.url)
         assert value(s, "eagle3_verify_steps_total", source=a.key) == 25
         assert value(s, "eagle3_accept_length_count", source=a.key) == first + 5 * 4
+        # a had sent a hello and steps when b pushed it out; b had sent only a hello
+        assert value(s, "eagle3_evicted_sources_total", kind="proven") == 1
+        assert value(s, "eagle3_evicted_sources_total", kind="unproven") == 1
     finally:
         exp.close()
 

@@ -8,7 +8,7 @@ at snapshot time, not per event.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from eagle3_top.tracer.analysis.acceptance import AcceptanceSummary
@@ -21,6 +21,7 @@ from eagle3_top.tracer.analysis.payoff import Payoff, payoff_now
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison
 from eagle3_top.tracer.analysis.requests import RequestTable
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS
+from eagle3_top.tracer.reader.eviction import Evictions
 from eagle3_top.tracer.reader.subscriber import Loss
 from eagle3_top.tracer.schema import AuxSample, DecodeError, Event, Health, Hello, step_view
 
@@ -114,6 +115,7 @@ class Snapshot:
     bytes: int = 0
     events: int = 0
     evicted_sources: int = 0  # forgotten to bound memory (more sources than the monitor holds)
+    evictions: Evictions = field(default_factory=Evictions)  # the book's, by kind
     timeline: RequestTimeline | None = None  # the request whose timeline is on screen
 
     def source(self, key: str | None) -> SourceSnapshot | None:
@@ -231,6 +233,7 @@ def take_snapshot(
         bytes=transport.bytes,
         events=book.events,
         evicted_sources=max(transport.evicted_sources, book.dropped_sources),
+        evictions=replace(book.evictions),
         timeline=_timeline(book, timeline_for),
     )
 

@@ -43,6 +43,8 @@ def snapshot_json(
             "last_malformed": snap.last_malformed,
             "unknown_kinds": snap.unknown_kinds,
             "evicted_sources": snap.evicted_sources,
+            # the sources the book forgot, by kind: "proven" had sent a valid hello and steps
+            "evictions": dataclasses.asdict(snap.evictions),
         },
         "fleet": _fleet(snap),
         "sources": [_source(src, snap, manifest, tokenizers) for src in snap.sources],

@@ -77,7 +77,11 @@ def render_status(
             t.append(state, style=style)
         if snap.malformed:
             t.append(f"  malformed {snap.malformed}", style="bold red")
-        if snap.evicted_sources:
+        if snap.evictions.total:
+            t.append(
+                f"  {snap.evictions.describe()}", style="bold red" if snap.evictions.proven else "yellow"
+            )
+        elif snap.evicted_sources:
             t.append(f"  {snap.evicted_sources} sources forgotten", style="yellow")
     return t
 

@@ -58,19 +58,22 @@ class AcceptanceStats:
         self._folded_key: tuple[float, int, float, float] | None = None
         self._folded: tuple[float, float, list[float]] = (0.0, 0.0, [])
 
-    def add(self, accepted: np.ndarray, n: int, ts: float, depth: int | None = None) -> None:
+    def add(self, accepted: np.ndarray, n: int, ts: float, depths: np.ndarray | None = None) -> None:
         """One verify step: ``accepted`` per request (drafts, bonus excluded), verify width ``n``."""
-        self.add_many(accepted, n, ts, 1, depth)
+        self.add_many(accepted, n, ts, 1, depths)
 
-    def add_many(self, accepted: np.ndarray, n: int, ts: float, steps: int, depth: int | None = None) -> None:
+    def add_many(
+        self, accepted: np.ndarray, n: int, ts: float, steps: int, depths: np.ndarray | None = None
+    ) -> None:
         """``steps`` verify steps of width ``n`` at about ``ts``, their per-request accepted counts
         concatenated: one numpy pass for a whole batch of events (the ingest path's fast lane).
-        ``depth``: the positions a step proposes, for a draft tree (topk > 1) its depth; a chain
-        proposes ``n - 1``."""
+        ``depths``: per request-step, the positions it proposed, for a draft tree (topk > 1) its
+        row's depth (``schema.step_depths``); a chain proposes ``n - 1``."""
         b = int(accepted.size)
         if b == 0:
             return
-        depth = min(max(n - 1 if depth is None else depth, 0), MAX_POSITIONS)
+        chain = min(max(n - 1, 0), MAX_POSITIONS)
+        deepest = chain if depths is None else min(int(depths.max()), MAX_POSITIONS)
         sec = float(int(ts))
         if not self._buckets or self._buckets[-1][0] != sec:
             self._buckets.append([sec, 0.0, 0.0, 0.0, 0.0])
@@ -79,13 +82,18 @@ class AcceptanceStats:
                  self.tokens, self.drafts_proposed)
             )  # fmt: skip
         self.counts += np.bincount(np.minimum(accepted, MAX_POSITIONS), minlength=MAX_POSITIONS + 1)
-        self.proposed[1 : depth + 1] += b
-        if depth > self.deepest:
-            self.deepest = depth
+        if depths is None:
+            self.proposed[1 : chain + 1] += b
+            self.drafts_proposed += b * chain
+        else:  # rows proposing position i: those at least i deep
+            capped = np.minimum(depths, MAX_POSITIONS)
+            self.proposed[1:] += np.bincount(capped, minlength=MAX_POSITIONS + 1)[::-1].cumsum()[::-1][1:]
+            self.drafts_proposed += int(capped.sum())
+        if deepest > self.deepest:
+            self.deepest = deepest
         committed = int(accepted.sum()) + b * BONUS  # the request-steps' accept lengths, summed
         self.request_steps += b
         self.verify_steps += steps
-        self.drafts_proposed += b * depth
         self.tokens += committed
         bucket = self._buckets[-1]
         bucket[1] += b

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from eagle3_top.tracer.analysis.evidence import EvidenceBook, OnMalformed, Sourc
 from eagle3_top.tracer.analysis.findings import Finding, has_errors
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.analysis.thresholds import THRESHOLDS, Thresholds
+from eagle3_top.tracer.reader.eviction import Evictions
 from eagle3_top.tracer.reader.ledger import FrameLedger
 from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import Event
@@ -90,6 +91,7 @@ class CheckResult:
     lost: list[str] = field(default_factory=list)  # evidence known to be missing (a damaged recording)
     unheard: list[str] = field(default_factory=list)  # endpoints named that no source was heard through
     read_whole: bool = False  # a replay read the recording to its end
+    evictions: Evictions = field(default_factory=Evictions)  # sources the book forgot, by kind
 
     @property
     def complete(self) -> bool:
@@ -100,7 +102,14 @@ class CheckResult:
         if has_errors(self.findings):
             return FINDINGS
         return (
-            OK if self.complete and not self.undecodable and not self.lost and not self.unheard else PARTIAL
+            OK
+            if self.complete
+            and not self.undecodable
+            and not self.lost
+            and not self.unheard
+            # a real engine's evidence forgotten: what was judged is not all it showed
+            and not self.evictions.proven
+            else PARTIAL
         )
 
     def note_recording(self, report: RecordingReport) -> None:
@@ -260,9 +269,10 @@ class Watch:
         result = CheckResult(
             findings, sources, reports, waited, undecodable, ledger.last_malformed if undecodable else None
         )
-        forgotten = max(ledger.evicted_sources, self.book.dropped_sources)
-        if forgotten:
-            result.notes.append(f"more sources than the book holds: {forgotten} forgotten")
+        result.evictions = evicted = replace(self.book.evictions)
+        if evicted.total or ledger.evicted_sources:
+            forgotten = evicted.describe() or f"{ledger.evicted_sources} forgotten"
+            result.notes.append(f"more sources than the book holds: {forgotten}")
         return result
 
 

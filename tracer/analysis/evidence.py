@@ -4,8 +4,9 @@ live monitor all fill, and the book that folds decoded events into it.
 Hot path (``EvidenceBook.ingest``) per step event: the schema's shape checks (O(1) in Python) and a
 ``frombuffer`` view of the accepted column; the value checks and the counting run once per (source,
 width) group of a batch with numpy (``schema.check_values``, ``AcceptanceStats.add_many``), so
-nothing per request runs in Python. Memory is bounded: a fixed number of sources (the one heard
-from least recently is evicted), fixed-size counters, and the latest hello, health, aux sample and
+nothing per request runs in Python. Memory is bounded: a fixed number of sources (past it, the
+policy of ``reader.eviction``: sources that never sent a valid hello and steps go first), fixed-size
+counters, and the latest hello, health, aux sample and
 step event of each.
 
 Clock: ``now`` is the receiver's wall clock. Steps are counted into per-second buckets at their
@@ -22,6 +23,7 @@ from eagle3_top.tracer.analysis.acceptance import AcceptanceStats
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tracer.analysis.probe_compare import ProbeComparison, compare_with_manifest
 from eagle3_top.tracer.analysis.requests import INTERNAL_PREFIXES, RequestTracker
+from eagle3_top.tracer.reader.eviction import Evictions, make_room
 from eagle3_top.tracer.schema import (
     AUX,
     HEALTH,
@@ -41,8 +43,8 @@ from eagle3_top.tracer.schema import (
     probe_view,
     split_source_key,
     step_columns,
+    step_depths,
     step_view,
-    tree_depth,
 )
 
 MAX_SOURCES = 256
@@ -125,6 +127,10 @@ class SourceEvidence:
     def host_pid_rank(self) -> tuple[str, str, str]:
         return split_source_key(self.key)
 
+    def eviction_rank(self) -> tuple[int, float]:
+        """Proof of being an engine (a valid hello, valid steps: one each), then when last heard."""
+        return (self.hello is not None) + (self.steps > 0), self.last_seen
+
     @property
     def engine(self) -> str:
         return (self.hello.engine if self.hello is not None else None) or "?"
@@ -168,16 +174,17 @@ class EvidenceBook:
         self.history_s = history_s
         self.events = 0
         self.step_errors = 0
-        self.dropped_sources = 0
+        self.evictions = Evictions()
+
+    @property
+    def dropped_sources(self) -> int:
+        return self.evictions.total
 
     def source(self, key: str) -> SourceEvidence:
         st = self.sources.get(key)
         if st is None:
             if len(self.sources) >= self.max_sources:
-                # Evict the source heard from least recently; bounded memory beats completeness.
-                oldest = min(self.sources.values(), key=lambda s: s.last_seen)
-                del self.sources[oldest.key]
-                self.dropped_sources += 1
+                make_room(self.sources, self.evictions)
             st = self.sources[key] = SourceEvidence(
                 key,
                 AcceptanceStats(history_s=self.history_s),
@@ -271,9 +278,9 @@ class EvidenceBook:
         cat = accs[0] if len(accs) == 1 else np.concatenate(accs)
         sizes = np.fromiter((a.size for a in accs), dtype=np.int64, count=len(accs))
         tokens = np.fromiter((t for _, _, t in items), dtype=np.int64, count=len(items))
-        depth = tree_depth(items[0][0].body, n)  # one tree shape per server configuration
-        if check_values(n, cat, sizes, tokens):
-            st.acceptance.add_many(cat, n, now, len(items), depth)
+        depths = step_depths([ev.body for ev, _, _ in items], n, sizes)
+        if check_values(n, cat, sizes, tokens, depths):
+            st.acceptance.add_many(cat, n, now, len(items), depths)
             if self.track_requests:
                 st.requests.push(now, [ev for ev, _, _ in items], cat, sizes)
             st.steps += len(items)
@@ -286,7 +293,7 @@ class EvidenceBook:
             except DecodeError as exc:
                 self._malformed(st, ev, exc, on_malformed)
                 continue
-            st.acceptance.add(sv.accepted, sv.n, now, tree_depth(ev.body, sv.n))
+            st.acceptance.add(sv.accepted, sv.n, now, sv.depths)
             if self.track_requests:
                 st.requests.push(now, (ev,), sv.accepted, np.array([sv.batch]))
             st._stepped(ev, sv)

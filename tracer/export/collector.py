@@ -101,6 +101,12 @@ class _Families:
         self.endpoint = Family("eagle3_endpoint_connected", g, "1 while the endpoint is connected")
         self.malformed_frames = Family("eagle3_malformed_frames", c, "Frames that did not decode, any source")
         self.receiving = Family("eagle3_exporter_receiving", g, "1 while the exporter's receive worker runs")
+        self.evicted = Family(
+            "eagle3_evicted_sources",
+            c,
+            "Sources forgotten past the 256 held, by kind: unproven (never sent a valid hello and steps) "
+            "or proven (a real engine's figures, forgotten)",
+        )
 
     def text(self) -> str:
         return "".join(f.text() for f in vars(self).values())
@@ -131,6 +137,10 @@ class EvidenceCollector:
             raw = np.array([figs.malformed_frames], np.int64)
             (frames,) = self.counters.values(("", "frames"), raw, None, fall_is_restart=False).tolist()
             fam.malformed_frames.add("", count(frames))
+            kinds = np.array([figs.evictions.unproven, figs.evictions.proven], np.int64)
+            evicted = self.counters.values(("", "evictions"), kinds, None, fall_is_restart=False).tolist()
+            for kind, n in zip(("unproven", "proven"), evicted, strict=True):
+                fam.evicted.add(_labels([("kind", kind)]), count(n))
             fam.receiving.add("", "1.0" if figs.receiving else "0.0")
         return fam.text().encode()
 

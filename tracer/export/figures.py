@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from eagle3_top.tracer.analysis.diagnosis import Diagnosis
 from eagle3_top.tracer.analysis.evidence import EvidenceBook, SourceEvidence
+from eagle3_top.tracer.reader.eviction import Evictions
 from eagle3_top.tracer.reader.ledger import FrameLedger, SourceCounters
 from eagle3_top.tracer.schema import Health, Hello
 
@@ -49,6 +50,7 @@ class Figures:
     endpoints: Mapping[str, str]  # endpoint -> state (connected, down (retrying), ...)
     malformed_frames: int  # frames that failed to decode, whatever source they named
     receiving: bool = True  # the receive worker runs
+    evictions: Evictions = field(default_factory=Evictions)  # sources the book forgot, by kind
 
 
 def copy_figures(
@@ -98,4 +100,5 @@ def copy_figures(
         dict(ledger.endpoints) if ledger is not None else {},
         ledger.malformed if ledger is not None else 0,
         receiving,
+        replace(book.evictions),
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from eagle3_top.tracer.schema import HEALTH, KINDS, DecodeError, Event, decode
+from eagle3_top.tracer.reader.eviction import Evictions, make_room
+from eagle3_top.tracer.schema import HEALTH, HELLO, KINDS, STEP, DecodeError, Event, decode
 
 # Periodic events (hello, health) take their seq when sent, queued ones when queued, so a periodic
 # event can overtake up to a publisher queue's worth of others: a fall back within this window is
@@ -77,9 +78,18 @@ class SourceCounters:
     started: float | None = None  # the publisher's start time, from its health events
     dropped_at_join: int | None = None  # the publisher's own drop counter when we first saw it
     dropped_now: int = 0
+    heard_hello: bool = False  # frames of these kinds came (bodies unchecked): the eviction's proof
+    heard_step: bool = False
+
+    def eviction_rank(self) -> tuple[int, float]:
+        return self.heard_hello + self.heard_step, self.last_recv
 
     def __post_init__(self) -> None:
-        if self.late_join < 0:
+        if self.late_join < 0 and self.first_seq > MAX_GAP:
+            # A first seq past any plausible count is no late join of billions of events either.
+            self.late_join = 0
+            self.resyncs += 1
+        elif self.late_join < 0:
             self.late_join = self.first_seq
 
     @property
@@ -93,7 +103,11 @@ class SourceCounters:
 
     @property
     def publisher_dropped(self) -> int:
-        return 0 if self.dropped_at_join is None else max(0, self.dropped_now - self.dropped_at_join)
+        if self.dropped_at_join is None:
+            return 0
+        # A dropped event still took its seq, so the tracer's drops are among the holes: a health
+        # counter claiming more is no figure to show.
+        return min(max(0, self.dropped_now - self.dropped_at_join), self.gaps)
 
     @property
     def slow_consumer(self) -> int:
@@ -111,14 +125,24 @@ class SourceCounters:
         self.received = 0
         self.dropped_at_join = None
 
-    def see(self, seq: int) -> None:
+    def see(self, seq: int, kind: str = "") -> None:
+        if kind == HELLO:
+            self.heard_hello = True
+        elif kind == STEP:
+            self.heard_step = True
         if seq > self.max_seq + MAX_GAP:
             self.resyncs += 1
             self._new_epoch(seq)
         elif seq + REORDER_WINDOW < self.max_seq:
-            self.restarts += 1
-            self._new_epoch(0)  # the events of the new publisher before this one were missed
-            self.started = None  # its first health names the new start time, not another restart
+            if seq > MAX_GAP:
+                # No new publisher has counted that far: a fall back to such a seq is as implausible
+                # as a jump forward, and counting the new epoch from 0 would turn it into loss.
+                self.resyncs += 1
+                self._new_epoch(seq)
+            else:
+                self.restarts += 1
+                self._new_epoch(0)  # the events of the new publisher before this one were missed
+                self.started = None  # its first health names the new start time, not another restart
         if seq < self.first_seq:
             self.first_seq = seq
         if seq > self.max_seq:
@@ -160,7 +184,7 @@ class FrameLedger:
         self.malformed = 0
         self.last_malformed: str | None = None
         self.unknown_kinds = 0
-        self.evicted_sources = 0
+        self.evictions = Evictions()
         self.undecodable = 0  # malformed frames that named no source (no envelope)
         self.last_undecodable: str | None = None
         self.frames = 0
@@ -180,23 +204,19 @@ class FrameLedger:
         counters = self.sources.get(ev.src)
         if counters is None:
             if len(self.sources) >= self.max_sources:
-                self._evict()
+                make_room(self.sources, self.evictions)
             self.sources[ev.src] = counters = SourceCounters(ev.seq, ev.seq)
         if ev.kind == HEALTH:
             counters.see_health(ev.body)
-        counters.see(ev.seq)
+        counters.see(ev.seq, ev.kind)
         if ev.kind not in KINDS:
             self.unknown_kinds += 1
             return None
         return ev
 
-    def _evict(self) -> None:
-        """Hostile or buggy publishers could invent a source per frame: forget the stalest eighth
-        at once, so that a flood of new ids costs a sort per many frames, not a scan per frame."""
-        by_age = sorted(self.sources, key=lambda k: self.sources[k].last_recv)
-        for key in by_age[: max(1, len(by_age) // 8)]:
-            del self.sources[key]
-            self.evicted_sources += 1
+    @property
+    def evicted_sources(self) -> int:
+        return self.evictions.total
 
     def count_malformed(self, reason: str) -> None:
         """For errors found after decoding (bad columns in a step, say)."""

@@ -60,10 +60,11 @@ from eagle3_top.tracer.schema.step import (
     accepted_drafts,
     check_values,
     column,
+    row_depths,
     step_body,
     step_columns,
+    step_depths,
     step_view,
-    tree_depth,
 )
 from eagle3_top.tracer.schema.text import printable
 
@@ -73,5 +74,5 @@ __all__ = [
     "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
     "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",
     "column", "decode", "encode", "is_probe_rid", "peek", "probe_body", "printable", "probe_view", "split_source_key",
-    "step_body", "step_columns", "step_view", "tree_depth",
+    "step_body", "step_columns", "step_view", "row_depths", "step_depths",
 ]  # fmt: skip

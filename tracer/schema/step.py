@@ -92,6 +92,7 @@ class StepView:
     tokens: np.ndarray  # [sum(accepted + 1)] int32 committed tokens, request after request
     dt: float  # seconds the verify step took on the engine's clock
     discarded: int = 0  # rows of this verify the engine threw away and the tracer left out
+    depths: np.ndarray | None = None  # [batch] the drafts each row's tree proposed; None = chain (n - 1)
 
     @cached_property
     def rids(self) -> list[str]:
@@ -151,28 +152,51 @@ def step_columns(b: Mapping[str, Any]) -> StepColumns:
     return n, np.frombuffer(acc, dtype=TOKEN_DTYPE), len(tokens) // _INT32
 
 
-def tree_depth(body: Mapping[str, Any], n: int) -> int | None:
-    """The depth of a step's draft tree, from its first row's ``parents`` (-1 for the root); None
-    for a chain (no ``parents``) or links that are no tree (a parent not before its child). Per-
-    position acceptance counts positions by depth: a tree of 8 nodes in 3 steps proposes 3."""
-    parents = body.get("parents")
-    if parents is None or n <= 0 or type(parents) not in _BIN or len(parents) < n * _INT32:
-        return None
-    row = np.frombuffer(parents, dtype=TOKEN_DTYPE, count=n)
-    depth = [0] * n
+def row_depths(parents: np.ndarray) -> np.ndarray:
+    """The depth of each row's draft tree from its ``parents`` ``[rows, n]`` (-1 for the root): the
+    most drafts a request of that row can accept. A row whose links are no tree (a parent not
+    before its child) is read as a chain, ``n - 1``, as a step without ``parents``. One numpy pass
+    per column over all the rows, however many steps they came from."""
+    rows, n = parents.shape
+    depth = np.zeros((rows, max(n, 1)), dtype=np.int32)
+    tree = np.ones(rows, dtype=bool)
+    at = np.arange(rows)
     for j in range(1, n):
-        p = int(row[j])
-        if not 0 <= p < j:
-            return None
-        depth[j] = depth[p] + 1
-    return max(depth)
+        p = parents[:, j]
+        tree &= (p >= 0) & (p < j)
+        depth[:, j] = depth[at, np.clip(p, 0, j - 1)] + 1
+    out: np.ndarray = np.where(tree, depth.max(axis=1), max(n - 1, 0))
+    return out
 
 
-def check_values(n: int, accepted: np.ndarray, sizes: np.ndarray, tokens: np.ndarray) -> bool:
+def step_depths(bodies: Sequence[Mapping[str, Any]], n: int, sizes: np.ndarray) -> np.ndarray | None:
+    """Per request-step, the most drafts it could accept, for steps of width ``n`` whose columns
+    passed ``step_columns`` (``sizes``: their batches): None when every step is a chain (each row
+    ``n - 1``: the common case costs nothing). The trees' rows are stacked and walked once."""
+    trees = [i for i, b in enumerate(bodies) if b.get("parents") is not None]
+    if not trees or n <= 1:
+        return None
+    stacked = np.frombuffer(b"".join(bodies[i]["parents"] for i in trees), dtype=TOKEN_DTYPE)
+    depths = row_depths(stacked.reshape(-1, n))
+    if len(trees) == len(bodies):
+        return depths
+    out = np.full(int(sizes.sum()), n - 1, dtype=depths.dtype)
+    starts = np.cumsum(sizes) - sizes
+    out[np.concatenate([np.arange(starts[i], starts[i] + sizes[i]) for i in trees])] = depths
+    return out
+
+
+def check_values(
+    n: int, accepted: np.ndarray, sizes: np.ndarray, tokens: np.ndarray, depths: np.ndarray | None = None
+) -> bool:
     """The value checks of many steps of width ``n`` at once: ``accepted`` is their columns
-    concatenated (``sizes`` per step), ``tokens`` the committed tokens each carries. True when every
-    accepted count is in [0, n - 1] and every step carries ``sum(accepted + 1)`` tokens."""
+    concatenated (``sizes`` per step), ``tokens`` the committed tokens each carries, ``depths`` what
+    each request-step could accept (``step_depths``). True when every accepted count is in
+    [0, depth] (a chain: n - 1) and every step carries ``sum(accepted + 1)`` tokens. A count past
+    the drafts proposed would make an accept rate above 100%: the step is refused, not folded in."""
     if accepted.size and (int(accepted.min()) < 0 or int(accepted.max()) >= max(n, 1)):
+        return False
+    if depths is not None and bool((accepted > depths).any()):
         return False
     expected = sizes.astype(np.int64) * BONUS
     nonempty = sizes > 0
@@ -210,6 +234,16 @@ def step_view(ev: Event) -> StepView:
     if carried != want:
         raise DecodeError(f"step 'tokens' has {carried} values, expected {want}")
     parents = b.get("parents")
+    depths = None
+    if parents is not None and batch:
+        depths = row_depths(np.frombuffer(parents, dtype=TOKEN_DTYPE).reshape(batch, n))
+        over = np.flatnonzero(acc > depths)
+        if over.size:
+            i = int(over[0])
+            raise DecodeError(
+                f"step 'accepted' {int(acc[i])} in row {i} is more than the {int(depths[i])} drafts "
+                "its tree proposed"
+            )
     dt = b.get("dt", 0.0)
     return StepView(
         step=b.get("step", 0),
@@ -223,4 +257,5 @@ def step_view(ev: Event) -> StepView:
         tokens=np.frombuffer(b["tokens"], dtype=TOKEN_DTYPE),
         dt=float(dt) if type(dt) in (int, float) and math.isfinite(dt) else 0.0,
         discarded=b.get("discarded", 0),
+        depths=depths,
     )

@@ -7,6 +7,7 @@ finding (a crashed engine among them); 2 usage, input or connection problems (on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -123,6 +124,8 @@ def print_text(result: CheckResult, code: int, allow_partial: bool) -> None:
         print(f"evidence lost: {safe(line)}")
     for line in result.unheard:
         print(f"endpoint {safe(line)}")
+    if result.evictions.proven:
+        print(f"evidence forgotten: {result.evictions.describe()}")
     for line in finding_lines(result.findings):
         print(line)
     n = len(result.reports)
@@ -137,6 +140,7 @@ def print_text(result: CheckResult, code: int, allow_partial: bool) -> None:
             f"PARTIAL: no error seen, but {short} of {n} source(s) showed too little"
             f"{' and some frames named no source' if result.undecodable else ''}"
             f"{' and part of the recording was unreadable' if result.lost else ''}"
+            f"{f' and {result.evictions.proven} real source(s) were forgotten' if result.evictions.proven else ''}"
             f"{f' and {len(result.unheard)} endpoint(s) said nothing' if result.unheard else ''}{tail}"
         )
     else:
@@ -229,6 +233,7 @@ def main(argv: list[str]) -> int:
                     "unheard_endpoints": result.unheard,
                     "findings": [f.to_json() for f in result.findings],
                     "notes": result.notes,
+                    "evictions": dataclasses.asdict(result.evictions),
                 },
                 indent=1,
             )

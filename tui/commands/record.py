@@ -143,6 +143,8 @@ def main(argv: list[str]) -> int:
     )
     for (ep, src), loss in gaps.losses().items():
         print(f"{PROG}:   {src} via {ep}: {loss.describe()}", file=sys.stderr)  # src: printable already
+    if gaps.evictions.total:  # their frames are recorded; only their seq counts were forgotten
+        print(f"{PROG}: seq counts of {gaps.evictions.describe()}", file=sys.stderr)
     if refused:  # a connection problem, not a recording: the exit status says so, as check's does
         print(f"{PROG}: refused by {len(refused)} of {len(endpoints)} endpoint(s): {', '.join(refused)}",
               file=sys.stderr)  # fmt: skip

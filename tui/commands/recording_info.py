@@ -85,8 +85,8 @@ def main(argv: list[str]) -> int:
     if isinstance(ns, int):
         return ns
     from eagle3_top.tracer.reader.recording import RecordingReader
-    from eagle3_top.tracer.reader.recording.writer import PROFILE
-    from eagle3_top.tracer.schema import HEALTH, KINDS, DecodeError, decode
+    from eagle3_top.tracer.reader.recording.writer import MANY_SOURCES, PROFILE
+    from eagle3_top.tracer.schema import HEALTH, KINDS, DecodeError, Event, decode
 
     from .recording_input import READ_ERRORS, iso, read_error
 
@@ -99,18 +99,22 @@ def main(argv: list[str]) -> int:
             if len(reader.report.bad_chunks) + len(reader.report.skipped) != holes:
                 holes = len(reader.report.bad_chunks) + len(reader.report.skipped)
                 across = {(t, ep) for t, src in sources.items() for ep in src.seqs}
-            s = sources.get(rec.topic)
+            try:
+                ev: Event | None = decode(rec.data)
+            except DecodeError:
+                ev = None
+            # the channel shared by the sources past the recorder's bound: each frame names its own
+            topic = ev.src if ev is not None and rec.topic == MANY_SOURCES else rec.topic
+            s = sources.get(topic)
             if s is None:
-                s = sources[rec.topic] = _Source(first_ns=rec.log_time_ns)
+                s = sources[topic] = _Source(first_ns=rec.log_time_ns)
             s.frames += 1
             s.bytes += len(rec.data)
             s.first_ns = min(s.first_ns, rec.log_time_ns)
             s.last_ns = max(s.last_ns, rec.log_time_ns)
             if rec.endpoint:
                 s.endpoints.add(rec.endpoint)
-            try:
-                ev = decode(rec.data)
-            except DecodeError:
+            if ev is None:
                 s.undecodable += 1
                 continue
             # a kind of a newer publisher is counted, not named: a file could invent one per frame
@@ -122,8 +126,8 @@ def main(argv: list[str]) -> int:
                 counters.see_health(ev.body)
             gaps = counters.gaps
             counters.see(ev.seq)
-            if (rec.topic, rec.endpoint) in across:
-                across.discard((rec.topic, rec.endpoint))
+            if (topic, rec.endpoint) in across:
+                across.discard((topic, rec.endpoint))
                 s.in_file[rec.endpoint] += counters.gaps - gaps
     except READ_ERRORS as exc:
         return fail(PROG, read_error(ns.file, exc))

@@ -6,6 +6,7 @@ The live monitor counts them in ``FrameLedger.decode_frame``; the recorder reads
 
 from __future__ import annotations
 
+from eagle3_top.tracer.reader.eviction import Evictions, make_room
 from eagle3_top.tracer.reader.ledger import Loss, SourceCounters
 from eagle3_top.tracer.schema import HEALTH, Envelope
 
@@ -19,7 +20,7 @@ class SeqGaps:
     def __init__(self, max_sources: int = MAX_SOURCES) -> None:
         self.sources: dict[tuple[str, str], SourceCounters] = {}
         self.max_sources = max_sources
-        self.evicted = 0
+        self.evictions = Evictions()
         self._evicted_missed = 0  # gaps of forgotten sources still count
 
     def see(self, endpoint: str, env: Envelope) -> None:
@@ -27,11 +28,12 @@ class SeqGaps:
         counters = self.sources.get(key)
         if counters is None:
             if len(self.sources) >= self.max_sources:
-                self._evict()
+                gone = make_room(self.sources, self.evictions)
+                self._evicted_missed += sum(c.missed for c in gone)  # gaps of forgotten sources still count
             self.sources[key] = counters = SourceCounters(env.seq, env.seq)
         if env.kind == HEALTH:
             counters.see_health(env.fields)
-        counters.see(env.seq)
+        counters.see(env.seq, env.kind)
 
     @property
     def missed(self) -> int:
@@ -41,10 +43,3 @@ class SeqGaps:
     def losses(self) -> dict[tuple[str, str], Loss]:
         """Per (endpoint, source), only those that lost something."""
         return {k: c.loss() for k, c in self.sources.items() if c.missed or c.restarts or c.resyncs}
-
-    def _evict(self) -> None:
-        # the stalest eighth at once, as the FrameLedger does: a sort per many new ids, not per frame
-        by_age = sorted(self.sources, key=lambda k: self.sources[k].last_recv)
-        for key in by_age[: max(1, len(by_age) // 8)]:
-            self._evicted_missed += self.sources.pop(key).missed
-            self.evicted += 1

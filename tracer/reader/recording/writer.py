@@ -17,6 +17,11 @@ SCHEMA_NAME = f"eagle3-top/v{SCHEMA_VERSION}"
 SCHEMA_TEXT = b"msgpack maps as in docs/protocol.md; each message is one frame exactly as received"
 MESSAGE_ENCODING = "msgpack"
 UNDECODABLE = "undecodable"
+# MCAP numbers channels with 16 bits, and each costs the recorder memory: past this many, frames of
+# sources not met yet (a flood of invented ids) share one channel per endpoint. Every byte is still
+# recorded; the frame itself names its source, and the readers go by that.
+MAX_CHANNELS = 4096
+MANY_SOURCES = "many-sources"
 PROFILE = "eagle3-top"
 # A killed recorder loses the chunk in progress; closing one at least this often bounds the loss.
 FLUSH_INTERVAL_S = 1.0
@@ -125,7 +130,10 @@ class RecordingWriter:
             ts = env.ts
             # from 1 s to the year 2286, ts * 1e9 is a positive u64 without a second look
             publish_ns = int(ts * 1e9) if 1.0 <= ts < 1e10 else (_ns(ts) or recv_ns)
-            cid = self._channels.get((env.src, endpoint)) or self._channel(env.src, endpoint)
+            cid = self._channels.get((env.src, endpoint))
+            if cid is None:
+                many = len(self._channels) >= MAX_CHANNELS
+                cid = self._channel(MANY_SOURCES if many else env.src, endpoint)
             self._writer.add_message(cid, recv_ns, frame, publish_ns, env.seq & 0xFFFFFFFF)
         self.frames += 1
         self.bytes += len(frame)
