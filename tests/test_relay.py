@@ -222,6 +222,8 @@ def test_record_and_sigterm_close_the_recording_whole(publishers, subs, relay_pr
     info = json.loads(info_out.read_text())
     assert info["frames"] == forwarded
     assert set(info["sources"]) == {p.src for p in publishers}
+    # the recorder's own account travels in the file: it wrote every frame the relay forwarded
+    assert info["recorder"]["frames"] == forwarded and info["recorder"]["not_written"] == 0
 
 
 def test_curve_on_both_sides(tmp_path, subs, relay_process) -> None:
@@ -380,7 +382,7 @@ def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
 
         reader = threading.Thread(target=read_all, daemon=True)
         reader.start()
-        recorder.stop()
+        recorder.stop(counts.received)
         reader.join(10)
         os.close(drain)
         upstream.close(0)
@@ -392,6 +394,15 @@ def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
     copy.write_bytes(bytes(kept))
     recorded = read_recording(str(copy))
     assert len(list(recorded)) == recorder.frames and recorded.report.summary
+    # what it did not write is in the file too, for `recording info` to say
+    assert recorded.report.recorder is not None
+    assert recorded.report.recorder["not_written"] == missed > 0
+    assert recorded.report.recorder["frames"] + missed == counts.received
+    shown = subprocess.run(
+        [sys.executable, "-m", "eagle3_top.tui.cli", "recording", "info", str(copy)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert f"{missed:,} received and not written (the recorder fell behind" in shown.stdout, shown.stdout
 
 
 def test_an_upstream_that_refuses_the_relay_is_named(tmp_path, relay_process) -> None:

@@ -18,6 +18,10 @@ SCHEMA_TEXT = b"msgpack maps as in docs/protocol.md; each message is one frame e
 MESSAGE_ENCODING = "msgpack"
 UNDECODABLE = "undecodable"
 PROFILE = "eagle3-top"
+# The recorder's own account of the file, a metadata record written on a clean close: the frames
+# it wrote, those it received and did not write (a relay's recorder that fell behind), and the
+# frames its sources numbered that never reached it (seq gaps), as its stop line said them.
+RECORDER_METADATA = "eagle3-top/recorder"
 # A killed recorder loses the chunk in progress; closing one at least this often bounds the loss.
 FLUSH_INTERVAL_S = 1.0
 # Bounds the memory between flushes; from 1 to 16 MB neither the rate nor the size of a busy
@@ -143,11 +147,17 @@ class RecordingWriter:
         """Bytes written so far (closed chunks and records)."""
         return self._writer.position
 
-    def close(self) -> None:
+    def close(self, not_written: int = 0, missed: int | None = None) -> None:
+        """Write the summary, with the recorder's account: ``not_written``, frames that reached the
+        recorder and are not in the file; ``missed``, seq gaps it counted, when it counts them."""
         if self.closed:
             return
         self.closed = True
+        account = {"frames": str(self.frames), "not_written": str(not_written)}
+        if missed is not None:
+            account["missed"] = str(missed)
         try:
+            self._writer.add_metadata(RECORDER_METADATA, account)
             self._writer.finish()
         finally:
             self._file.close()
