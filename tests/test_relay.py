@@ -25,6 +25,7 @@ from eagle3_top.tracer.schema import STEP, SourceId, encode, peek
 from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tracer.transport import curve
 from eagle3_top.tui.commands import relay as relay_cmd
+from fifo_sink import pipe_half_full
 from stream_samples import step
 
 RELAY = [sys.executable, "-m", "eagle3_top.tui.cli", "relay"]
@@ -320,17 +321,6 @@ def test_status_line_names_a_down_upstream(publishers, subs, relay_process) -> N
     assert relay.stop(signal.SIGINT) == 0
 
 
-def _pipe_half_full(fd: int) -> bool:
-    """Half of what the pipe holds is waiting: a writer of more than that will block."""
-    import fcntl
-    import termios
-
-    capacity = fcntl.fcntl(fd, 1032)  # F_GETPIPE_SZ
-    queued = bytearray(4)
-    fcntl.ioctl(fd, termios.FIONREAD, queued)
-    return int.from_bytes(queued, sys.byteorder) > capacity // 2
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe capacity is read the Linux way")
 def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
     """The recording goes into a pipe nobody reads: the recorder blocks on its first chunk. The
@@ -361,7 +351,7 @@ def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
             upstream.send(f)
         until(lambda: recorder.frames >= 1000, what="the recorder taking the first 1,000 frames")
         # within a second it writes its first chunk, ~0.5 MB: more than the pipe holds, so it blocks
-        until(lambda: _pipe_half_full(drain), what="the recorder writing its first chunk")
+        until(lambda: pipe_half_full(drain), what="the recorder writing its first chunk")
         for f in frames[1000:]:
             upstream.send(f)
         until(lambda: heard(50) == 7000, what="every frame through the relay")
