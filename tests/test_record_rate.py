@@ -5,6 +5,7 @@ benchmarks/bench_record.py and benchmarks/bench_record_e2e.py, not here."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -15,7 +16,6 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import zmq
 import zstandard
+from conftest import poll_until
 from eagle3_top.tracer.reader.recording import (
     UNDECODABLE,
     RecordingReader,
@@ -287,13 +288,6 @@ def test_record_says_how_many_frames_it_missed(tmp_path: Path) -> None:
     assert os.path.getsize(path) > 0
 
 
-def _until(cond: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe capacity is read the Linux way")
 def test_record_overloaded_writes_what_it_can_and_counts_the_rest(tmp_path: Path) -> None:
     """The recording goes into a pipe the test stops reading: the recorder stands still at its next
@@ -328,34 +322,40 @@ def test_record_overloaded_writes_what_it_can_and_counts_the_rest(tmp_path: Path
         sent += 1
         return sent - 1
 
+    joined = 0
+
+    def join() -> bool:
+        """A frame of another source, until one is in the file: the recorder has subscribed."""
+        nonlocal joined
+        pub.send(encode(STEP, "join:1:r0", joined, time.time(), body))
+        joined += 1
+        time.sleep(0.05)
+        heard("join:1:r0", 0)
+        return bool(in_file)
+
+    def blocked() -> bool:
+        """One more frame; the recorder has written a chunk the pipe cannot take: it stands still."""
+        send("flood:2:r0")
+        return sink.full()
+
     try:
-        joined = 0
-
-        def join() -> bool:  # a frame of another source until one is in the file: subscribed
-            nonlocal joined
-            pub.send(encode(STEP, "join:1:r0", joined, time.time(), body))
-            joined += 1
-            heard("join:1:r0", 0)
-            return bool(in_file) or (time.sleep(0.05) or False)
-
-        _until(join, "the recorder's first frame in the file")
+        poll_until(join, "the recorder's first frame in the file", timeout=20.0)
         sink.pause()
-        _until(lambda: send("flood:2:r0") is None or sink.full(), "the recorder blocked on its next chunk")
+        poll_until(blocked, "the recorder blocked on its next chunk")
         for _ in range(40_000):  # ~90 MB: past the socket's bound and the kernel's buffers (~40 MB)
             send("flood:2:r0")
         flooded = sent
         sink.resume()
         while True:  # one frame at a time until the last one sent is in the file: nothing after it
             last = send("flood:2:r0")
-            deadline = time.monotonic() + 3.0
-            while time.monotonic() < deadline and not heard("flood:2:r0", last):
-                time.sleep(0.05)
-            if last in in_file.get("flood:2:r0", ()):
+            with contextlib.suppress(AssertionError):
+                poll_until(lambda last=last: heard("flood:2:r0", last), "the last frame sent", timeout=3.0)
                 break
             assert sent < flooded + 100, "the recorder never wrote a frame again"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         sink.finish()
+        heard("", -1)  # whatever the close wrote
     finally:
         pub.close()
         if proc.poll() is None:
