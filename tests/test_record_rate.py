@@ -375,3 +375,29 @@ def test_record_overloaded_writes_what_it_can_and_counts_the_rest(tmp_path: Path
         f"recorder: {frames:,} frames written, 0 received and not written, {missed:,} missed" in info.stdout
     )
     assert f"{missed} lost in transit" in info.stdout, info.stdout
+
+
+def test_the_recorders_account_is_read_back_and_odd_counts_are_left_out(tmp_path: Path) -> None:
+    """A clean close writes the recorder's account (an MCAP metadata record the stock reader lists
+    too); counts that are not plain whole numbers (a hostile file) are left out, not trusted."""
+    path = str(tmp_path / "account.mcap")
+    w = RecordingWriter(path)
+    for i in range(3):
+        w.add(step_frame(i), "ep")
+    w.close(not_written=7, missed=2)
+    rec = read_recording(path)
+    assert len(list(rec)) == 3 and rec.report.complete
+    assert rec.report.recorder == {"frames": 3, "not_written": 7, "missed": 2}
+    with open(path, "rb") as f:
+        assert [m.name for m in make_reader(f).iter_metadata()] == ["eagle3-top/recorder"]
+
+    hostile = str(tmp_path / "hostile.mcap")
+    with open(hostile, "wb") as f:
+        cw = ChunkedMcapWriter(f, profile="eagle3-top", library="x", chunk_size=1 << 20, compression="")
+        cw.add_metadata(
+            "eagle3-top/recorder", {"frames": "\u0661\u0662", "not_written": "-5", "missed": "9" * 40}
+        )
+        cw.finish()
+    rec = read_recording(hostile)
+    list(rec)
+    assert rec.report.recorder == {} and rec.report.complete

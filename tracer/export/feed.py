@@ -4,8 +4,9 @@ proposals, no snapshots: what only the monitor draws is never built.
 
 Per fold (at most ``max_fold`` frames, received ``recv_batch`` at a time; the socket's high-water
 mark, ``RCVHWM`` frames over all endpoints, bounds what waits behind them, and what the publishers
-drop past it shows as holes in the sources' seq, counted by the ledger): ``Subscriber.recv_frames`` → ``FrameLedger.decode_frame``, outside the lock → under
-it, ``EvidenceBook.ingest`` and each source's fold lag (``lag.FoldLag``). The findings engine runs
+drop past it shows as holes in the sources' seq, counted by the ledger): ``Subscriber.recv_frames``
+→ ``FrameLedger.decode_frame``, outside the lock → under it, ``EvidenceBook.ingest`` and each
+source's fold lag (``lag.FoldLag``). The findings engine runs
 on the same thread, outside the lock, at most once a second per source (``Diagnoser``). A scrape
 takes the lock once, for ``figures``: a few array copies per source.
 """

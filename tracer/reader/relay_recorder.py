@@ -97,9 +97,10 @@ class CaptureRecorder:
         return self._thread.is_alive()
 
     def _close_writer(self) -> None:
-        """The summary, with the frames forwarded and not written when the relay's count is known."""
+        """The summary, with the frames forwarded and not written when the relay's count is known
+        (a write error ends this thread while the relay runs on: then it is not)."""
         forwarded = self._forwarded
-        missing = self.not_recorded(forwarded) if forwarded is not None else 0
+        missing = self.not_recorded(forwarded) if forwarded is not None else None
         self.writer.close(not_written=missing, missed=self.gaps.missed)
 
     def stop(self, forwarded: int | None = None, timeout: float = 10.0) -> None:

@@ -147,15 +147,16 @@ class RecordingWriter:
         """Bytes written so far (closed chunks and records)."""
         return self._writer.position
 
-    def close(self, not_written: int = 0, missed: int | None = None) -> None:
+    def close(self, not_written: int | None = 0, missed: int | None = None) -> None:
         """Write the summary, with the recorder's account: ``not_written``, frames that reached the
-        recorder and are not in the file; ``missed``, seq gaps it counted, when it counts them."""
+        recorder and are not in the file; ``missed``, seq gaps it counted. None: not known."""
         if self.closed:
             return
         self.closed = True
-        account = {"frames": str(self.frames), "not_written": str(not_written)}
-        if missed is not None:
-            account["missed"] = str(missed)
+        account = {"frames": str(self.frames)}
+        for key, n in (("not_written", not_written), ("missed", missed)):
+            if n is not None:
+                account[key] = str(n)
         try:
             self._writer.add_metadata(RECORDER_METADATA, account)
             self._writer.finish()
