@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from .bench_monitor_load import _publishers, add_load_arguments
-from .common import best_of, cpu_s, machine
+from .common import best_of, cpu_s, machine, rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_RATIO_GOAL = 2.0
@@ -151,6 +151,7 @@ def measure(kind: str, endpoints: list[str], shim: Path | None, seconds: float, 
                 raise RuntimeError(f"{kind}: not every source heard in 60 s")
         time.sleep(1.0)
         steps0 = sum(samples(scrape(s.url)[1], "eagle3_verify_steps_total")) if s.url else 0.0
+        rss0 = rss_mb(s.proc.pid)
         c0, t0 = s.cpu(), time.perf_counter()
         time.sleep(seconds)
         cpu, dt = s.cpu() - c0, time.perf_counter() - t0
@@ -169,6 +170,10 @@ def measure(kind: str, endpoints: list[str], shim: Path | None, seconds: float, 
         out["lat"] = lat
         out["bytes"] = len(text)
         out["missed"] = sum(samples(text, "eagle3_missed_events_total"))
+        # past what the fold takes (--rate 500 at 64 sources on two cores): dropped at the bounded
+        # receive queue and counted, memory flat
+        out["dropped"] = sum(samples(text, "eagle3_receive_dropped_events_total"))
+        out["rss_mb"] = (rss0, rss_mb(s.proc.pid))
         lag = samples(text, "eagle3_fold_lag_seconds")
         out["lag_ms"] = float(np.max(lag)) * 1e3 if lag else None
         return out
@@ -338,8 +343,10 @@ def _report(
                 f"  {names[kind]:<40} CPU {cpu:6.1%} of a core (x{f['ratio']:.2f} the SUB's; rounds "
                 f"{', '.join(f'x{c / sub:.2f}' for c in (m['cpu'] for m in ms))}), scraped {cpu_s_:.1%}; folded "
                 f"{_med([m['folded_per_s'] for m in ms]):,.0f} events/s, missed "
-                f"{max(m['missed'] for m in ms):,.0f}"
+                f"{max(m['missed'] for m in ms):,.0f} (dropped on the way {max(m['dropped'] for m in ms):,.0f})"
                 + (f", fold lag max {_med(lags):.0f} ms" if lags else "")
+                + "; RSS "
+                + ", ".join(f"{a:.0f} -> {b:.0f} MB" for a, b in (m["rss_mb"] for m in ms))
             )
             print(
                 f"  {'':<40} scrape p50 {f['p50']:.1f} ms (rounds {', '.join(f'{p:.1f}' for p in p50s)}), "

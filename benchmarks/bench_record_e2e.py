@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -108,14 +109,20 @@ def raw_round(
 
 def record_round(
     pub: Publisher, ep: str, ns: argparse.Namespace, rate: float, pool: Pool, cpu: int | None, path: str
-) -> tuple[float, int, float]:
-    """Events/s recorded, frames missed (the stop line's), bytes per event on disk."""
+) -> tuple[float, int, float, float]:
+    """Events/s recorded, frames missed (the stop line's), bytes per event on disk, and the child's
+    CPU per frame written in us (start-up included: compare rounds of the same length). Past the
+    recorder's ceiling the rate is its CPU's share over this cost: a cost that grows with overload
+    (a deep queue read back out of cache) is a rate that falls with it."""
     cmd = [sys.executable, "-m", "eagle3_top.tui.cli", "record", ep, "-o", path, "--force"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = run_child(pub, [*cmd, "--duration", str(ns.seconds)], rate, ns.seconds, pool, cpu)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = STOP.search(done.stderr)
     assert done.returncode == 0 and m, done.stderr
     frames, missed = int(m.group(1)), int(m.group(3))
-    result = frames / span_s(path), missed, os.path.getsize(path) / frames
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    result = frames / span_s(path), missed, os.path.getsize(path) / frames, cpu_s / frames * 1e6
     os.unlink(path)
     return result
 
@@ -167,7 +174,8 @@ def publish_and_record(ns: argparse.Namespace, cpu: int | None) -> dict[str, flo
             print(f"    raw pyzmq SUB, receive only  {raw:9,.0f} events/s (baseline)")
             print(
                 f"    eagle3-top record            {rec:9,.0f} events/s (ratio {rec / raw:.2f}), "
-                f"missed per run {missed}; {statistics.median(r[2] for r in recs):,.0f} B per event on disk"
+                f"missed per run {missed}; {statistics.median(r[2] for r in recs):,.0f} B per event on disk; "
+                f"CPU {statistics.median(r[3] for r in recs):.1f} us per frame written"
             )
             key = "paced" if rate else "flood"
             results.update({f"{key}_raw": raw, f"{key}_record": rec, f"{key}_missed": max(missed)})

@@ -64,6 +64,14 @@ def collect(
     return got
 
 
+def poll_until(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    """Call ``cond`` every 10 ms until it is true; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def raw_pub() -> Iterator[tuple[zmq.Socket, str]]:
     sock = zmq.Context.instance().socket(zmq.PUB)

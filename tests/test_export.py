@@ -28,7 +28,9 @@ from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest, load_manifest
 from eagle3_top.tracer.export.counters import RestartSafe
 from eagle3_top.tracer.export.exporter import Exporter
-from eagle3_top.tracer.export.feed import ExportFeed
+from eagle3_top.tracer.export.feed import RCVHWM, ExportFeed
+from eagle3_top.tracer.export.lag import FoldLag
+from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import HEALTH, HELLO, STEP, AuxWiring, Hello, SourceId, encode
 from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tracer.transport import curve
@@ -385,6 +387,104 @@ def test_the_age_says_how_far_behind_the_fold_is(pub: tuple[zmq.Socket, str]) ->
         assert value(s, "eagle3_last_event_age_seconds", source=src.key) < 5
     finally:
         exp.close()
+
+
+class HeldBook(EvidenceBook):
+    """A book whose fold waits while ``open`` is clear: an exporter whose fold has fallen behind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+        self.open.set()
+        self.waiting = threading.Event()
+
+    def ingest(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.open.is_set():
+            self.waiting.set()
+            self.open.wait()
+        return super().ingest(*args, **kwargs)
+
+
+def test_a_fold_behind_drops_past_the_receive_bound_and_counts_every_event(
+    pub: tuple[zmq.Socket, str],
+) -> None:
+    """The fold held while 20,000 steps arrive (~40 MB): at most the receive bound waits in the
+    socket, the publisher's socket drops the rest. Once the fold goes on, every step sent is either
+    folded or counted as dropped on the way, and the tracer is not blamed for any of them."""
+    sock, endpoint = pub
+
+    def bounded(eps: list[str]) -> Subscriber:
+        sub = Subscriber([], rcvhwm=64)
+        sub.socket.setsockopt(zmq.RCVBUF, 1 << 16)  # the kernel's buffer fixed: no autotuning to 32 MB
+        for ep in eps:
+            sub.add_endpoint(ep)
+        return sub
+
+    book = HeldBook()
+    exp = start_exporter(endpoint, book=book, subscriber_factory=bounded)
+    try:
+        Source(sock, "join:1:r0").hello_until(in_export(exp, "join:1:r0"))
+        flood = Source(sock, "flood:2:r0")
+        body = step(0, batch=64)
+        book.open.clear()
+        flood.send(STEP, body)  # the first frame: received, its fold held
+        wait_for(book.waiting.is_set, "the fold held")
+        for _ in range(20_000):
+            flood.send(STEP, body)
+        book.open.set()
+
+        def accounted() -> bool:
+            """Every step sent so far is folded or counted missed: the last one was heard."""
+            s = scrape(exp.url)
+            folded = get(s, "eagle3_verify_steps_total", source=flood.key) or 0
+            return folded + (get(s, "eagle3_missed_events_total", source=flood.key) or 0) == flood.seq
+
+        while True:  # one step at a time until the exporter has heard the last one sent
+            flood.send(STEP, body)
+            with contextlib.suppress(AssertionError):
+                wait_for(accounted, "the last step", timeout=3.0)
+                break
+            assert flood.seq < 20_200, "the exporter never folded again"
+        s = scrape(exp.url)
+        folded = value(s, "eagle3_verify_steps_total", source=flood.key)
+        dropped = value(s, "eagle3_receive_dropped_events_total", source=flood.key)
+        assert folded + dropped == flood.seq and dropped > 0
+        assert value(s, "eagle3_missed_events_total", source=flood.key) == dropped  # none by the tracer
+    finally:
+        book.open.set()
+        exp.close()
+
+
+def test_the_receive_bound_holds_over_every_endpoint() -> None:
+    """libzmq's mark is per connection: the bound is split over the endpoints, and follows them."""
+    eps = [f"tcp://127.0.0.1:{port}" for port in range(1, 65)]  # nothing listens: they only connect
+    sub = Subscriber(eps, rcvhwm=RCVHWM)
+    try:
+        assert sub.socket.getsockopt(zmq.RCVHWM) * 64 == RCVHWM
+        for ep in eps[32:]:
+            sub.remove_endpoint(ep)
+        assert sub.socket.getsockopt(zmq.RCVHWM) * 32 == RCVHWM
+        sub.add_endpoint("tcp://127.0.0.1:65")
+        assert sub.socket.getsockopt(zmq.RCVHWM) == RCVHWM // 33
+    finally:
+        sub.close()
+
+
+def test_the_fold_lag_is_not_taken_for_a_clock_offset_however_long_the_fold_stays_behind() -> None:
+    """The lag learns the publisher's clock offset only from folds that emptied the socket: a fold
+    behind for five minutes (every batch left frames waiting) reads its whole delay, not zero."""
+    lag = FoldLag(window_s=60.0)
+    offset = 0.4  # the publisher's clock runs 0.4 s behind ours
+    for t in range(10):  # caught up: delay = the offset alone
+        lag.fold({"s": t - offset}, t + 0.0, caught_up=True)
+    assert lag.lag("s") == pytest.approx(0.0)
+    behind = 0.0
+    for t in range(10, 310):  # behind, and further behind by 0.5 s each second
+        behind += 0.5
+        lag.fold({"s": t - offset - behind}, float(t), caught_up=False)
+    assert lag.lag("s") == pytest.approx(behind)  # 150 s behind, after five 60 s windows
+    lag.fold({"s": 310 - offset}, 310.0, caught_up=True)  # caught up again
+    assert lag.lag("s") == pytest.approx(0.0)
 
 
 def test_restart_safe_holds_a_dip_and_carries_a_restart() -> None:

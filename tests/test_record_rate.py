@@ -1,13 +1,16 @@
 """The recorder's fast path: ``schema.peek`` routes frames exactly as ``decode`` would, our chunked
 MCAP writer's files read in the stock reader (indexes, statistics, summary), and ``record`` says at
-stop how many frames its sources numbered that it never received. Speed is measured by
+stop how many frames its sources numbered that it never received, overloaded too. Speed is measured by
 benchmarks/bench_record.py and benchmarks/bench_record_e2e.py, not here."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
+import re
+import signal
 import struct
 import subprocess
 import sys
@@ -20,10 +23,18 @@ import numpy as np
 import pytest
 import zmq
 import zstandard
-from eagle3_top.tracer.reader.recording import UNDECODABLE, RecordingWriter, SeqGaps, read_recording
+from conftest import poll_until
+from eagle3_top.tracer.reader.recording import (
+    UNDECODABLE,
+    RecordingReader,
+    RecordingWriter,
+    SeqGaps,
+    read_recording,
+)
 from eagle3_top.tracer.reader.recording.chunked import ChunkedMcapWriter
 from eagle3_top.tracer.schema import HEALTH, STEP, DecodeError, Envelope, decode, encode, peek, step_body
 from eagle3_top.tracer.schema.health import Health
+from fifo_sink import FifoSink
 from fuzz_frames import frames
 from mcap.reader import make_reader
 
@@ -275,3 +286,118 @@ def test_record_says_how_many_frames_it_missed(tmp_path: Path) -> None:
     assert n == sum(1 for _ in read_recording(path)) > 100
     assert "gap-host:1:r0 via " in err and "3 lost in transit" in err
     assert os.path.getsize(path) > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe capacity is read the Linux way")
+def test_record_overloaded_writes_what_it_can_and_counts_the_rest(tmp_path: Path) -> None:
+    """The recording goes into a pipe the test stops reading: the recorder stands still at its next
+    chunk, as one past its ceiling does. Its socket fills to its bound and the publisher's socket
+    drops the rest; once the pipe flows again it writes on. Every frame sent is in the file or
+    counted as missed, in the stop line, in the file's own account and in `recording info`."""
+    sink = FifoSink(str(tmp_path / "slow.mcap"), str(tmp_path / "kept.mcap"))
+    pub = zmq.Context.instance().socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind("tcp://127.0.0.1:0")
+    ep = pub.getsockopt_string(zmq.LAST_ENDPOINT)
+    proc = subprocess.Popen(
+        [*CLI, "record", ep, "-o", str(tmp_path / "slow.mcap"), "--force"], stderr=subprocess.PIPE, text=True
+    )
+    reader = RecordingReader(sink.copy)
+    in_file: dict[str, set[int]] = {}
+
+    def heard(src: str, seq: int) -> bool:
+        for rec in reader.read_available():
+            env = peek(rec.data)
+            if env is not None:
+                in_file.setdefault(env.src, set()).add(env.seq)
+        return seq in in_file.get(src, ())
+
+    body = msgpack.unpackb(step_frame(0, batch=64), raw=False)
+    body = {k: v for k, v in body.items() if k not in ("v", "kind", "src", "seq", "ts")}
+    sent = 0
+
+    def send(src: str) -> int:
+        nonlocal sent
+        pub.send(encode(STEP, src, sent, time.time(), body))
+        sent += 1
+        return sent - 1
+
+    joined = 0
+
+    def join() -> bool:
+        """A frame of another source, until one is in the file: the recorder has subscribed."""
+        nonlocal joined
+        pub.send(encode(STEP, "join:1:r0", joined, time.time(), body))
+        joined += 1
+        time.sleep(0.05)
+        heard("join:1:r0", 0)
+        return bool(in_file)
+
+    def blocked() -> bool:
+        """One more frame; the recorder has written a chunk the pipe cannot take: it stands still."""
+        send("flood:2:r0")
+        return sink.full()
+
+    try:
+        poll_until(join, "the recorder's first frame in the file", timeout=20.0)
+        sink.pause()
+        poll_until(blocked, "the recorder blocked on its next chunk")
+        for _ in range(40_000):  # ~90 MB: past the socket's bound and the kernel's buffers (~40 MB)
+            send("flood:2:r0")
+        flooded = sent
+        sink.resume()
+        while True:  # one frame at a time until the last one sent is in the file: nothing after it
+            last = send("flood:2:r0")
+            with contextlib.suppress(AssertionError):
+                poll_until(lambda last=last: heard("flood:2:r0", last), "the last frame sent", timeout=3.0)
+                break
+            assert sent < flooded + 100, "the recorder never wrote a frame again"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        sink.finish()
+        heard("", -1)  # whatever the close wrote
+    finally:
+        pub.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    stop = re.search(r"stopped \(signal SIGTERM\): (\d+) frames, \d+ bytes, (\d+) missed", err)
+    assert stop is not None, err
+    frames, missed = int(stop.group(1)), int(stop.group(2))
+    lost = re.search(r"flood:2:r0 via \S+: (\d+) lost in transit", err)
+    assert lost is not None, err
+    written = len(in_file["flood:2:r0"])
+    # it wrote what it could and counted the rest: every frame sent is one or the other
+    assert 0 < int(lost.group(1)) == missed and written + missed == sent
+    assert frames == sum(len(seqs) for seqs in in_file.values())
+    info = subprocess.run([*CLI, "recording", "info", sink.copy], capture_output=True, text=True, timeout=30)
+    assert (
+        f"recorder: {frames:,} frames written, 0 received and not written, {missed:,} missed" in info.stdout
+    )
+    assert f"{missed} lost in transit" in info.stdout, info.stdout
+
+
+def test_the_recorders_account_is_read_back_and_odd_counts_are_left_out(tmp_path: Path) -> None:
+    """A clean close writes the recorder's account (an MCAP metadata record the stock reader lists
+    too); counts that are not plain whole numbers (a hostile file) are left out, not trusted."""
+    path = str(tmp_path / "account.mcap")
+    w = RecordingWriter(path)
+    for i in range(3):
+        w.add(step_frame(i), "ep")
+    w.close(not_written=7, missed=2)
+    rec = read_recording(path)
+    assert len(list(rec)) == 3 and rec.report.complete
+    assert rec.report.recorder == {"frames": 3, "not_written": 7, "missed": 2}
+    with open(path, "rb") as f:
+        assert [m.name for m in make_reader(f).iter_metadata()] == ["eagle3-top/recorder"]
+
+    hostile = str(tmp_path / "hostile.mcap")
+    with open(hostile, "wb") as f:
+        cw = ChunkedMcapWriter(f, profile="eagle3-top", library="x", chunk_size=1 << 20, compression="")
+        cw.add_metadata(
+            "eagle3-top/recorder", {"frames": "\u0661\u0662", "not_written": "-5", "missed": "9" * 40}
+        )
+        cw.finish()
+    rec = read_recording(hostile)
+    list(rec)
+    assert rec.report.recorder == {} and rec.report.complete

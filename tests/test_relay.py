@@ -26,6 +26,7 @@ from eagle3_top.tracer.schema import STEP, SourceId, encode, peek
 from eagle3_top.tracer.serving.publisher import Publisher
 from eagle3_top.tracer.transport import curve
 from eagle3_top.tui.commands import relay as relay_cmd
+from fifo_sink import pipe_half_full
 from stream_samples import step
 
 RELAY = [sys.executable, "-m", "eagle3_top.tui.cli", "relay"]
@@ -223,6 +224,8 @@ def test_record_and_sigterm_close_the_recording_whole(publishers, subs, relay_pr
     info = json.loads(info_out.read_text())
     assert info["frames"] == forwarded
     assert set(info["sources"]) == {p.src for p in publishers}
+    # the recorder's own account travels in the file: it wrote every frame the relay forwarded
+    assert info["recorder"]["frames"] == forwarded and info["recorder"]["not_written"] == 0
 
 
 def test_curve_on_both_sides(tmp_path, subs, relay_process) -> None:
@@ -319,17 +322,6 @@ def test_status_line_names_a_down_upstream(publishers, subs, relay_process) -> N
     assert relay.stop(signal.SIGINT) == 0
 
 
-def _pipe_half_full(fd: int) -> bool:
-    """Half of what the pipe holds is waiting: a writer of more than that will block."""
-    import fcntl
-    import termios
-
-    capacity = fcntl.fcntl(fd, 1032)  # F_GETPIPE_SZ
-    queued = bytearray(4)
-    fcntl.ioctl(fd, termios.FIONREAD, queued)
-    return int.from_bytes(queued, sys.byteorder) > capacity // 2
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe capacity is read the Linux way")
 def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
     """The recording goes into a pipe nobody reads: the recorder blocks on its first chunk. The
@@ -360,7 +352,7 @@ def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
             upstream.send(f)
         until(lambda: recorder.frames >= 1000, what="the recorder taking the first 1,000 frames")
         # within a second it writes its first chunk, ~0.5 MB: more than the pipe holds, so it blocks
-        until(lambda: _pipe_half_full(drain), what="the recorder writing its first chunk")
+        until(lambda: pipe_half_full(drain), what="the recorder writing its first chunk")
         for f in frames[1000:]:
             upstream.send(f)
         until(lambda: heard(50) == 7000, what="every frame through the relay")
@@ -381,7 +373,7 @@ def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
 
         reader = threading.Thread(target=read_all, daemon=True)
         reader.start()
-        recorder.stop()
+        recorder.stop(counts.received)
         reader.join(10)
         os.close(drain)
         upstream.close(0)
@@ -393,6 +385,15 @@ def test_a_stalled_recorder_never_stalls_forwarding(tmp_path, subs) -> None:
     copy.write_bytes(bytes(kept))
     recorded = read_recording(str(copy))
     assert len(list(recorded)) == recorder.frames and recorded.report.summary
+    # what it did not write is in the file too, for `recording info` to say
+    assert recorded.report.recorder is not None
+    assert recorded.report.recorder["not_written"] == missed > 0
+    assert recorded.report.recorder["frames"] + missed == counts.received
+    shown = subprocess.run(
+        [sys.executable, "-m", "eagle3_top.tui.cli", "recording", "info", str(copy)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert f"{missed:,} received and not written (the recorder fell behind" in shown.stdout, shown.stdout
 
 
 def test_an_upstream_that_refuses_the_relay_is_named(tmp_path, relay_process) -> None:

@@ -82,6 +82,12 @@ class _Families:
             c,
             "Holes in the source's sequence numbers: events dropped by the tracer or lost in transit",
         )
+        self.receive_dropped = Family(
+            "eagle3_receive_dropped_events",
+            c,
+            "Of the missed events, those the tracer sent and a full queue on the way dropped: past the "
+            "exporter's receive bound while its fold is behind (eagle3_last_event_age_seconds), or a slow link",
+        )
         self.restarts = Family("eagle3_source_restarts", c, "New publishers seen under this source id")
         self.finding = Family("eagle3_finding", g, "Findings raised now, by code and severity")
         self.spec = Family("eagle3_spec", "info", "The effective speculative config and the layers served")
@@ -89,7 +95,7 @@ class _Families:
             "eagle3_last_event_age_seconds",
             g,
             "Seconds since the newest event of this source that the exporter has folded arrived: its "
-            "silence plus how far behind the fold is (eagle3_fold_lag_seconds)",
+            "silence plus how far behind the fold is (eagle3_fold_lag_seconds), a full receive queue included",
         )
         self.lag = Family(
             "eagle3_fold_lag_seconds",
@@ -196,13 +202,14 @@ class EvidenceCollector:
             fam.dropped.add(lv, count(dropped))
             fam.hook_errors.add(lv, count(hook_errors))
         if s.transport is not None:
-            missed, restarts = self.counters.values(
+            missed, receive_dropped, restarts = self.counters.values(
                 (s.key, _TRANSPORT),
-                np.array([s.missed, s.restarts], np.int64),
+                np.array([s.missed, s.receive_dropped, s.restarts], np.int64),
                 s.transport,
                 fall_is_restart=False,
             ).tolist()
             fam.missed.add(lv, count(missed))
+            fam.receive_dropped.add(lv, count(receive_dropped))
             fam.restarts.add(lv, count(restarts))
         for (code, severity), n in sorted(s.findings.items()):
             fam.finding.add(

@@ -3,9 +3,10 @@ only what /metrics serves. No per-request tracking (the book's ``track_requests`
 proposals, no snapshots: what only the monitor draws is never built.
 
 Per fold (at most ``max_fold`` frames, received ``recv_batch`` at a time; the socket's high-water
-mark bounds what waits behind them, and what it drops shows as holes in the sources' seq, counted
-by the ledger): ``Subscriber.recv_frames`` → ``FrameLedger.decode_frame``, outside the lock → under
-it, ``EvidenceBook.ingest`` and each source's fold lag (``lag.FoldLag``). The findings engine runs
+mark, ``RCVHWM`` frames over all endpoints, bounds what waits behind them, and what the publishers
+drop past it shows as holes in the sources' seq, counted by the ledger): ``Subscriber.recv_frames``
+→ ``FrameLedger.decode_frame``, outside the lock → under it, ``EvidenceBook.ingest`` and each
+source's fold lag (``lag.FoldLag``). The findings engine runs
 on the same thread, outside the lock, at most once a second per source (``Diagnoser``). A scrape
 takes the lock once, for ``figures``: a few array copies per source.
 """
@@ -25,6 +26,11 @@ from .figures import Figures, copy_figures
 from .lag import FoldLag
 
 RECV_BATCH = 256  # frames per receive call
+# Frames that may wait in the socket, over all endpoints together (``Subscriber``: libzmq's mark is
+# per connection, split here). 64 sources at 500 step events/s fill it in 1 s: past it the
+# publishers' sockets drop, and those drops are holes in seq (eagle3_receive_dropped_events). With
+# the mark per connection at 100,000, 64 sources let a fold that fell behind hold gigabytes.
+RCVHWM = 32_768
 MAX_FOLD = 1024  # frames per fold: the lock is held for one fold (~3 ms)
 # After a receive that found fewer than RECV_BATCH frames the worker waits this long, then takes
 # what gathered (up to MAX_FOLD) and folds it at once. A fold costs per event, per (source, verify
@@ -60,7 +66,7 @@ class ExportFeed(BookWorker):
             endpoints,
             book=book if book is not None else EvidenceBook(manifest=manifest),
             manifest=manifest,
-            subscriber_factory=subscriber_factory,
+            subscriber_factory=subscriber_factory or (lambda eps: Subscriber(eps, rcvhwm=RCVHWM)),
             stale_after_s=stale_after_s,
             thresholds=thresholds,
             baseline_tok_s=baseline_tok_s,
@@ -96,11 +102,14 @@ class ExportFeed(BookWorker):
             return
         if len(frames) < self._recv_batch:
             self._stop.wait(self._gather_s)
+        caught_up = False  # the socket was found empty: nothing waits behind these frames
         while len(frames) < self._max_fold:
-            more = sub.recv_frames(0, min(self._recv_batch, self._max_fold - len(frames)))
-            if not more:
-                break
+            want = min(self._recv_batch, self._max_fold - len(frames))
+            more = sub.recv_frames(0, want)
             frames += more
+            if len(more) < want:
+                caught_up = True
+                break
         # decoded outside the lock: the ledger's counters are written by this thread only, and a
         # scrape copies them with single C-level reads
         events = [ev for ev in map(sub.decode_frame, frames) if ev is not None]
@@ -108,7 +117,7 @@ class ExportFeed(BookWorker):
         now = self._clock()
         with self._lock:
             self.book.ingest(events, now, sub.count_malformed)
-            self.lag.fold(newest, now)
+            self.lag.fold(newest, now, caught_up)
             if self.book.dropped_sources != self._evictions_seen:
                 self._evictions_seen = self.book.dropped_sources
                 self.lag.forget(self.book.sources)

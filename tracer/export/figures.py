@@ -37,6 +37,7 @@ class SourceFigures:
     health: Health | None
     transport: SourceCounters | None  # identity only: a new object is a ledger that started over
     missed: int  # holes in seq, whoever dropped them (the tracer or the way)
+    receive_dropped: int  # of them, sent by the tracer and dropped on the way (a full queue, the link)
     restarts: int  # new publishers under this source id
     silent_s: float  # since the fold of its newest event: "up" while under stale_after_s
     lag_s: float  # how long its newest folded event waited before its fold (``lag``)
@@ -88,6 +89,7 @@ def copy_figures(
                 health=st.health,
                 transport=tc,
                 missed=tc.gaps if tc is not None else 0,
+                receive_dropped=tc.slow_consumer if tc is not None else 0,
                 restarts=tc.restarts if tc is not None else 0,
                 silent_s=silent,
                 lag_s=behind,

@@ -10,6 +10,11 @@ folded at once has lag ~0 whatever the two clocks read; one that sat in a queue 
 stepped back is misjudged for at most that long; a source whose very first frames already waited
 is measured against them (its lag reads low until it once gets through quickly).
 
+The floor learns only from folds that emptied the socket (``caught_up``): a delay seen while frames
+still wait behind it includes the queue. Without that rule a fold that stays behind for two windows
+(a receive queue always full) had its queueing taken for a clock offset, and the lag read ~0 while
+the figures fell further behind.
+
 Per batch the feed hands one stamp per source (its newest event's): nothing per event here.
 """
 
@@ -37,9 +42,10 @@ class FoldLag:
         self.window_s = window_s
         self._by: dict[str, _SourceLag] = {}
 
-    def fold(self, newest: Mapping[str, float], now: float) -> None:
+    def fold(self, newest: Mapping[str, float], now: float, caught_up: bool = True) -> None:
         """``newest``: per source, the publisher's ``ts`` of its newest event in a batch folded at
-        ``now`` (the receiver's clock)."""
+        ``now`` (the receiver's clock); ``caught_up``: the receive that ended the batch found the
+        socket empty, so those newest events did not wait behind others."""
         by = self._by
         for key, ts in newest.items():
             delay = now - ts
@@ -47,10 +53,11 @@ class FoldLag:
             if s is None:
                 by[key] = _SourceLag(delay, now)
                 continue
-            if now - s.window_at >= self.window_s:
-                s.floor_before, s.floor, s.window_at = s.floor, delay, now
-            elif delay < s.floor:
-                s.floor = delay
+            if caught_up:
+                if now - s.window_at >= self.window_s:
+                    s.floor_before, s.floor, s.window_at = s.floor, delay, now
+                elif delay < s.floor:
+                    s.floor = delay
             s.lag = max(0.0, delay - min(s.floor, s.floor_before))
 
     def lag(self, key: str) -> float:

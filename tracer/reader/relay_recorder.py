@@ -3,8 +3,10 @@ recording (``RecordingWriter``), never in the proxy's way.
 
 The capture socket is an inproc PUB with a bounded high-water mark: when this thread falls behind
 (a slow disk), the PUB drops the copies past the mark and the proxy forwards on. The frames lost
-that way are the proxy's count minus ``frames`` (``not_recorded``), exact once the relay stopped.
-A write error ends the recording, not the relay: what was written stays readable.
+that way are the proxy's count minus ``frames`` (``not_recorded``), exact once the relay stopped;
+``stop`` is handed that count and writes it into the recording (its recorder metadata), so that
+``recording info`` says it too. A write error ends the recording, not the relay: what was written
+stays readable.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class CaptureRecorder:
         self.bytes = 0
         self.gaps = SeqGaps()
         self.error: str | None = None
+        self._forwarded: int | None = None  # the relay's final count, once it stopped
         self._stop = threading.Event()
         # connected before the proxy starts: an inproc PUB sends only to those already there
         self._sock = context.socket(zmq.SUB)
@@ -84,7 +87,7 @@ class CaptureRecorder:
             self.error = f"recording stopped: {exc.strerror or exc} ({self.frames} frames kept)"
         finally:
             try:
-                self.writer.close()
+                self._close_writer()
             except OSError as exc:
                 self.error = self.error or f"cannot finish the recording: {exc.strerror or exc}"
             self._sock.close()
@@ -93,11 +96,20 @@ class CaptureRecorder:
     def running(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Once the relay has stopped: take what is queued, write the summary, close the file."""
+    def _close_writer(self) -> None:
+        """The summary, with the frames forwarded and not written when the relay's count is known
+        (a write error ends this thread while the relay runs on: then it is not)."""
+        forwarded = self._forwarded
+        missing = self.not_recorded(forwarded) if forwarded is not None else None
+        self.writer.close(not_written=missing, missed=self.gaps.missed)
+
+    def stop(self, forwarded: int | None = None, timeout: float = 10.0) -> None:
+        """Once the relay has stopped (``forwarded``: its final count): take what is queued, write
+        the summary and the frames not recorded, close the file."""
+        self._forwarded = forwarded
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
         elif not self.writer.closed:  # never started
-            self.writer.close()
+            self._close_writer()
             self._sock.close()

@@ -81,8 +81,24 @@ def drain_endpoint_states(monitor: zmq.Socket, endpoints: dict[str, str], curve:
             endpoints[ep_s] = state
 
 
+# A connection's share of the receive budget never goes below this: a hello and a burst fit.
+MIN_RCVHWM = 16
+
+
+def rcvhwm_share(budget: int, connections: int) -> int:
+    """libzmq's receive high-water mark is per connection: ``budget`` frames for the whole socket,
+    split over its ``connections`` (0: no mark, as libzmq reads it)."""
+    return 0 if budget <= 0 else max(MIN_RCVHWM, budget // max(1, connections))
+
+
 class Subscriber(FrameLedger):
-    """One SUB socket connected to many endpoints; the counters of ``FrameLedger``."""
+    """One SUB socket connected to many endpoints; the counters of ``FrameLedger``.
+
+    ``rcvhwm`` bounds the frames waiting in the socket, over all its endpoints together: libzmq
+    counts its mark per connection, so 64 endpoints at a mark of 100,000 each let a reader that
+    fell behind hold 6.4 million frames (gigabytes). Past the mark the connection stops reading,
+    the publisher's own socket drops what it cannot queue, and the reader counts those as holes
+    in the sources' ``seq`` (``FrameLedger``): dropped and counted, memory bounded."""
 
     def __init__(
         self,
@@ -94,7 +110,8 @@ class Subscriber(FrameLedger):
         context: zmq.Context | None = None,
     ) -> None:
         self._ctx = context or zmq.Context.instance()
-        self._sock = sub_socket(self._ctx, curve, rcvhwm)
+        self.rcvhwm_budget = rcvhwm
+        self._sock = sub_socket(self._ctx, curve, rcvhwm_share(rcvhwm, len(endpoints)))
         self._monitor = self._sock.get_monitor_socket()
         super().__init__(max_sources)
         for ep in endpoints:
@@ -110,6 +127,13 @@ class Subscriber(FrameLedger):
             endpoint = f"tcp://{endpoint}"
         self._sock.connect(endpoint)
         self.endpoints[endpoint] = "connecting"
+        self._share_rcvhwm()
+
+    def _share_rcvhwm(self) -> None:
+        # libzmq applies a new mark to the connections already made too
+        share = rcvhwm_share(self.rcvhwm_budget, len(self.endpoints))
+        if share != self._sock.getsockopt(zmq.RCVHWM):
+            self._sock.setsockopt(zmq.RCVHWM, share)
 
     def remove_endpoint(self, endpoint: str) -> None:
         """Disconnect and forget its state; the sources heard through it keep their evidence (they
@@ -122,6 +146,7 @@ class Subscriber(FrameLedger):
             self._sock.disconnect(endpoint)
         except zmq.ZMQError:  # libzmq forgot it already (ENOENT): nothing left to close
             pass
+        self._share_rcvhwm()
 
     def _drain_monitor(self) -> None:
         drain_endpoint_states(self._monitor, self.endpoints, self._sock.mechanism == zmq.CURVE)

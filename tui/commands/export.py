@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
 
     from eagle3_top.tracer.analysis.manifest import ManifestError, load_manifest
     from eagle3_top.tracer.export.exporter import Exporter, settle_heap
-    from eagle3_top.tracer.export.feed import ExportFeed
+    from eagle3_top.tracer.export.feed import RCVHWM, ExportFeed
     from eagle3_top.tracer.reader.subscriber import Subscriber
     from eagle3_top.tracer.transport.curve import KeyError_
     from eagle3_top.tui.config import ConfigError, load_config
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     feed = ExportFeed(
         given.given,
         manifest=manifest,
-        subscriber_factory=lambda eps: Subscriber(eps, curve=curve),
+        subscriber_factory=lambda eps: Subscriber(eps, curve=curve, rcvhwm=RCVHWM),
         stale_after_s=cfg.thresholds.stale_after_s,
         thresholds=cfg.thresholds,
     )

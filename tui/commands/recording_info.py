@@ -80,6 +80,20 @@ def _in_file(loss: Loss, n: int) -> Loss:
     )
 
 
+def _account(counts: dict[str, int]) -> str:
+    """The recorder's own account of the file, as its stop line gave it."""
+    parts = [f"{counts['frames']:,} frames written"] if "frames" in counts else []
+    not_written = counts.get("not_written")
+    if not_written is not None:
+        parts.append(
+            f"{not_written:,} received and not written"
+            + (" (the recorder fell behind: they are among the drops above)" if not_written else "")
+        )
+    if "missed" in counts:
+        parts.append(f"{counts['missed']:,} missed (seq gaps it counted)")
+    return ", ".join(parts) or "no counts"
+
+
 def main(argv: list[str]) -> int:
     ns = parse(build_parser(), argv)
     if isinstance(ns, int):
@@ -155,6 +169,7 @@ def main(argv: list[str]) -> int:
             "kinds": dict(sorted(kinds.items())),
             "sources": {k: v.to_json() for k, v in sorted(sources.items())},
             "undecodable": undecodable,
+            "recorder": rep.recorder,
             "lost": rep.describe(),
             "report": rep.to_json(),
         }  # fmt: skip
@@ -180,6 +195,8 @@ def main(argv: list[str]) -> int:
                 via = f" via {safe(ep)}" if len(drops) > 1 else ""
                 print(f"    drops{via}: {loss.describe()}")
         print(f"  undecodable frames: {undecodable}")
+        if rep.recorder is not None:
+            print(f"  recorder: {_account(rep.recorder)}")
         for line in rep.describe():
             print(f"  integrity: {safe(line)}")
     return EXIT_OK if rep.complete else EXIT_PARTIAL

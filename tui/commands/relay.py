@@ -56,7 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow a --bind that is not loopback: anyone who reaches it gets the stream unless CURVE is on",
     )
-    p.add_argument("--record", metavar="FILE", help="also record every frame that passes into an MCAP file")
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        help="also record the frames that pass into an MCAP file (those it falls behind on are counted, "
+        "in the file too)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite the --record FILE if it exists")
     p.add_argument(
         "--record-buffer",
@@ -215,7 +220,7 @@ def _finish(relay: Relay, recorder: CaptureRecorder | None, stop: StopSignal, pa
     code = EXIT_OK if stop.stopped else EXIT_FINDINGS
     if recorder is None:
         return code
-    recorder.stop()
+    recorder.stop(counts.received)
     missed = recorder.not_recorded(counts.received)
     print(
         f"{PROG}: recorded {recorder.frames:,} frames to {path}; {missed:,} not recorded"

@@ -26,6 +26,8 @@ from mcap.records import (
     DataEnd,
     Footer,
     Header,
+    Metadata,
+    MetadataIndex,
     Schema,
     Statistics,
     SummaryOffset,
@@ -81,6 +83,7 @@ class ChunkedMcapWriter:
         self._schemas: list[Schema] = []
         self._channels: list[Channel] = []
         self._chunk_indexes: list[ChunkIndex] = []
+        self._metadata: list[Metadata] = []  # written at finish, after the last chunk
         self._counts: dict[int, int] = {}
         self._messages = 0
         self._first = self._last = -1
@@ -174,6 +177,10 @@ class ChunkedMcapWriter:
         self._index = {}
         self._start = self._end = -1
 
+    def add_metadata(self, name: str, metadata: dict[str, str]) -> None:
+        """A metadata record, written by ``finish`` after the last chunk and indexed in the summary."""
+        self._metadata.append(Metadata(name, metadata))
+
     def flush(self) -> None:
         """Close the chunk in progress (if it holds a message) and flush the stream."""
         self._close_chunk()
@@ -184,6 +191,13 @@ class ChunkedMcapWriter:
         # Definitions registered after the last message stay out of the data section, as with the
         # library: the summary repeats every schema and channel.
         self._close_chunk()
+        indexes: list[MetadataIndex] = []
+        for record in self._metadata:
+            rb = RecordBuilder()
+            record.write(rb)
+            data = rb.end()
+            indexes.append(MetadataIndex(self._pos, len(data), record.name))
+            self._write(data)
         rb = RecordBuilder()
         DataEnd(0).write(rb)
         self._write(rb.end())
@@ -195,7 +209,10 @@ class ChunkedMcapWriter:
             (Opcode.CHANNEL, self._channels),
             (Opcode.STATISTICS, [self._statistics()]),
             (Opcode.CHUNK_INDEX, self._chunk_indexes),
+            (Opcode.METADATA_INDEX, indexes),
         ):
+            if not records:  # no metadata: the summary as before
+                continue
             group = rb.count
             for rec in records:
                 rec.write(rb)
@@ -215,7 +232,7 @@ class ChunkedMcapWriter:
     def _statistics(self) -> Statistics:
         return Statistics(
             message_count=self._messages, schema_count=len(self._schemas), channel_count=len(self._channels),
-            attachment_count=0, metadata_count=0, chunk_count=len(self._chunk_indexes),
+            attachment_count=0, metadata_count=len(self._metadata), chunk_count=len(self._chunk_indexes),
             message_start_time=max(self._first, 0), message_end_time=max(self._last, 0),
             channel_message_counts=self._counts,
         )  # fmt: skip

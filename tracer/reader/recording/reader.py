@@ -21,11 +21,11 @@ from typing import Any, BinaryIO, NamedTuple
 from eagle3_top.tracer.files import open_regular
 from eagle3_top.tracer.reader.recording.chunk_data import chunk_records, decompressed
 from eagle3_top.tracer.reader.recording.resync import CHUNK_FIXED, MAGIC, find_chunk, find_data_end
-from eagle3_top.tracer.reader.recording.writer import PROFILE
+from eagle3_top.tracer.reader.recording.writer import PROFILE, RECORDER_METADATA
 from eagle3_top.tracer.schema import SCHEMA_VERSION
 from mcap.data_stream import ReadDataStream
 from mcap.opcode import Opcode
-from mcap.records import Channel, Chunk, ChunkIndex, Header, Message, Schema, Statistics
+from mcap.records import Channel, Chunk, ChunkIndex, Header, Message, Metadata, Schema, Statistics
 
 _FRAMING = struct.Struct("<BQ")
 _KNOWN = frozenset(int(op) for op in Opcode)
@@ -72,6 +72,10 @@ class RecordingReport:
     library: str = ""
     schemas: list[str] = field(default_factory=list)  # schema names seen
     stream_version: int | None = None  # N of an eagle3-top/vN schema
+    # the recorder's own account, written on a clean close (``RECORDER_METADATA``): ``frames``
+    # written, ``not_written`` (received and not written: it fell behind), ``missed`` (seq gaps it
+    # counted); None for a file without one (killed, older, another tool's)
+    recorder: dict[str, int] | None = None
 
     @property
     def complete(self) -> bool:
@@ -132,6 +136,7 @@ class RecordingReport:
             "library": self.library,
             "schemas": list(self.schemas),
             "stream_version": self.stream_version,
+            "recorder": self.recorder,
             "complete": self.complete,
         }
 
@@ -268,8 +273,11 @@ class RecordingReader:
                 self._offset = end
                 if record is not None:
                     yield from self._use([record])
+            elif op == Opcode.METADATA:
+                self._recorder(offset, f.read(length))
+                self._offset = end
             else:
-                self._offset = end  # message indexes, attachments, metadata: nothing we need
+                self._offset = end  # message indexes, attachments: nothing we need
 
     def _tail(self, size: int, final: bool, inside: str) -> None:
         if final:
@@ -309,6 +317,23 @@ class RecordingReader:
             rep.tail_inside = "summary"
         else:
             rep.pending_tail = size - self._offset
+
+    def _recorder(self, offset: int, body: bytes) -> None:
+        """The recorder's account, when this metadata record is it; counts that are not whole
+        numbers (a hostile or damaged file) are left out."""
+        try:
+            meta = Metadata.read(_stream(body))
+        except Exception as exc:  # struct, UTF-8 and end-of-data errors share no base class
+            self.report.bad_records.append((offset, f"metadata: {type(exc).__name__}: {exc}"[:200]))
+            return
+        if meta.name != RECORDER_METADATA:
+            return
+        counts = {}
+        for key in ("frames", "not_written", "missed"):
+            value = meta.metadata.get(key, "")
+            if value.isascii() and value.isdigit() and len(value) <= 18:  # below 10^18
+                counts[key] = int(value)
+        self.report.recorder = counts
 
     def _parse(self, offset: int, op: int, body: bytes) -> Any:
         try:

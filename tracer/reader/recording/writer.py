@@ -23,6 +23,10 @@ UNDECODABLE = "undecodable"
 MAX_CHANNELS = 4096
 MANY_SOURCES = "many-sources"
 PROFILE = "eagle3-top"
+# The recorder's own account of the file, a metadata record written on a clean close: the frames
+# it wrote, those it received and did not write (a relay's recorder that fell behind), and the
+# frames its sources numbered that never reached it (seq gaps), as its stop line said them.
+RECORDER_METADATA = "eagle3-top/recorder"
 # A killed recorder loses the chunk in progress; closing one at least this often bounds the loss.
 FLUSH_INTERVAL_S = 1.0
 # Bounds the memory between flushes; from 1 to 16 MB neither the rate nor the size of a busy
@@ -151,11 +155,18 @@ class RecordingWriter:
         """Bytes written so far (closed chunks and records)."""
         return self._writer.position
 
-    def close(self) -> None:
+    def close(self, not_written: int | None = 0, missed: int | None = None) -> None:
+        """Write the summary, with the recorder's account: ``not_written``, frames that reached the
+        recorder and are not in the file; ``missed``, seq gaps it counted. None: not known."""
         if self.closed:
             return
         self.closed = True
+        account = {"frames": str(self.frames)}
+        for key, n in (("not_written", not_written), ("missed", missed)):
+            if n is not None:
+                account[key] = str(n)
         try:
+            self._writer.add_metadata(RECORDER_METADATA, account)
             self._writer.finish()
         finally:
             self._file.close()
