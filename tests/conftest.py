@@ -64,7 +64,7 @@ def collect(
     return got
 
 
-def poll_until(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+def poll_until(cond: Callable[[], object], what: str, timeout: float = PATIENCE_S) -> None:
     """Call ``cond`` every 10 ms until it is true; fail naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not cond():

@@ -339,7 +339,7 @@ def test_record_overloaded_writes_what_it_can_and_counts_the_rest(tmp_path: Path
         return sink.full()
 
     try:
-        poll_until(join, "the recorder's first frame in the file", timeout=20.0)
+        poll_until(join, "the recorder's first frame in the file")
         sink.pause()
         poll_until(blocked, "the recorder blocked on its next chunk")
         for _ in range(40_000):  # ~90 MB: past the socket's bound and the kernel's buffers (~40 MB)
