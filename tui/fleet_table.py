@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from .fleet import FleetRow, FleetSummary
 from .fmt import when
+from .plain_table import PlainTable
 from .snapshot import Snapshot
 from .sources_table import findings_text, state_cell
 
@@ -29,7 +29,7 @@ def _restart(row: FleetRow, now: float) -> Text:
     return Text(f"{at} {r.detail}".strip(), style="yellow")
 
 
-class FleetTable(DataTable):
+class FleetTable(PlainTable):
     """Rebuilt at each refresh (the order moves as sources get better or worse); the cursor stays
     on the source it was on."""
 

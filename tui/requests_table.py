@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable
 
 from .fmt import short
+from .plain_table import PlainTable
 from .requests_rows import RequestRow
 
 COLUMNS = (
@@ -47,7 +47,7 @@ def _cells(r: RequestRow) -> tuple[Text | str, ...]:
     )
 
 
-class RequestsTable(DataTable):
+class RequestsTable(PlainTable):
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._rids: tuple[str, ...] = ()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
+from .plain_table import PlainTable
 from .snapshot import Snapshot, SourceSnapshot
 from .snapshot_text import findings_cell
 from .source_state import BAD, OK, QUIET, WARN, source_state
@@ -43,7 +43,7 @@ def findings_text(src: SourceSnapshot) -> Text:
     return Text(words, style=style)
 
 
-class SourcesTable(DataTable):
+class SourcesTable(PlainTable):
     """Keyed rows; only changed cells are rewritten, so the cursor and scroll stay put."""
 
     DEFAULT_CSS = ""

@@ -19,7 +19,7 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
-from eagle3_top.tracer.schema import BONUS, TOKEN_DTYPE, Event, printable
+from eagle3_top.tracer.schema import BONUS, TOKEN_DTYPE, Event, rid_text, rid_texts
 
 # SGLang's own requests that are not users': /health_generate sends rid "HEALTH_CHECK_<uuid>".
 INTERNAL_PREFIXES: tuple[str, ...] = ("HEALTH_CHECK",)
@@ -186,12 +186,14 @@ class RequestTracker:
         try:
             found = list(map(self.index.get, rids, repeat(-1)))
         except TypeError:  # an unhashable rid off the wire: named as text, like any odd rid
-            rids[:] = [_rid_text(r) for r in rids]
+            rids[:] = rid_texts(rids)
             found = list(map(self.index.get, rids, repeat(-1)))
         if -1 in found:
             first: list[float] = []
             for i in [i for i, j in enumerate(found) if j == -1]:
-                rid = rids[i] if type(rids[i]) is str else _rid_text(rids[i])
+                # A request is known by its rid as shown (rid_text), so that no escape sequence
+                # reaches a view; only a rid not seen before, or one that needed escaping, gets here.
+                rid = rid_text(rids[i])
                 j = self.index.get(rid)
                 if j is None:
                     j = self.index[rid] = len(self._rids)
@@ -277,12 +279,16 @@ class RequestTracker:
 
 
 def _row_of(ev: Event, rid: str) -> int | None:
+    """The row of ``rid`` (a rid as shown, ``rid_text``) in a step event, None if it is not there."""
     rids = ev.body.get("rids")
+    if type(rids) is not list:
+        return None
     try:
-        return rids.index(rid) if type(rids) is list else None
+        return rids.index(rid)
+    except ValueError:
+        pass
+    shown = rid_texts(rids)  # the wire's rids as shown: the same list unless one needed escaping
+    try:
+        return None if shown == rids else shown.index(rid)
     except ValueError:
         return None
-
-
-def _rid_text(r: Any) -> str:
-    return r if type(r) is str else printable(f"<{type(r).__name__} {r!r}>", 128)

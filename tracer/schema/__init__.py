@@ -60,6 +60,8 @@ from eagle3_top.tracer.schema.step import (
     accepted_drafts,
     check_values,
     column,
+    rid_text,
+    rid_texts,
     step_body,
     step_columns,
     step_view,
@@ -72,6 +74,7 @@ __all__ = [
     "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "DraftClaims", "Envelope", "Event", "Fingerprint",
     "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
     "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",
-    "column", "decode", "encode", "is_probe_rid", "peek", "probe_body", "printable", "probe_view", "split_source_key",
+    "column", "decode", "encode", "is_probe_rid", "peek", "probe_body", "printable", "probe_view", "rid_text", "rid_texts",
+    "split_source_key",
     "step_body", "step_columns", "step_view", "tree_depth",
 ]  # fmt: skip

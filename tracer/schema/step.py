@@ -97,7 +97,7 @@ class StepView:
     def rids(self) -> list[str]:
         """The request ids, each a printable string of at most 128 characters: checked when a view
         reads them, not when the step is viewed (a fleet's steps are viewed by the thousand)."""
-        return _rids(self.raw_rids)
+        return rid_texts(self.raw_rids)
 
     @property
     def accept_lengths(self) -> np.ndarray:
@@ -111,6 +111,7 @@ _COUNTS = (("step", 0), ("topk", 1), ("discarded", 0))  # optional non-negative 
 # reshape or an allocation.
 MAX_WIDTH = 4096
 MAX_BATCH = 1 << 16
+MAX_RID = 128  # characters of a request id shown; SGLang's are uuid4 hex (32)
 _INT32 = TOKEN_DTYPE.itemsize
 _BIN = (bytes, bytearray)  # what msgpack hands back for bin
 
@@ -182,21 +183,26 @@ def check_values(n: int, accepted: np.ndarray, sizes: np.ndarray, tokens: np.nda
     return bool(np.array_equal(expected, tokens))
 
 
-def _rid(r: Any) -> str:
-    # Checked here, when a step is shown, not on the ingest path: nothing per request runs there.
+def rid_text(r: Any) -> str:
+    """A request id as every view shows it: a short printable string as is, any other string
+    escaped (``text.printable``) and cut to 128 characters, anything else named by its type and
+    value. The one form, so that a rid reads the same in the requests table, a timeline and the
+    proposals, and a rid picked in one is found in the others."""
     if type(r) is not str:
-        return f"<{type(r).__name__}>"
-    return r if len(r) <= 128 and r.isprintable() else printable(r, 128)
+        return printable(f"<{type(r).__name__} {r!r}>", MAX_RID)
+    return r if len(r) <= MAX_RID and r.isprintable() else printable(r, MAX_RID)
 
 
-def _rids(rids: list[Any]) -> list[str]:
+def rid_texts(rids: list[Any]) -> list[str]:
+    """``rid_text`` of each; checked when a step is shown, not on the ingest path, where nothing
+    per request runs."""
     # The common case at C speed (every rid a short printable string): one join, one scan, one
     # map of len; the per-rid checks only for a list that fails it.
     try:
-        ok = "".join(rids).isprintable() and max(map(len, rids), default=0) <= 128
+        ok = "".join(rids).isprintable() and max(map(len, rids), default=0) <= MAX_RID
     except TypeError:  # a rid that is no string
         ok = False
-    return list(rids) if ok else [_rid(r) for r in rids]
+    return list(rids) if ok else [rid_text(r) for r in rids]
 
 
 def step_view(ev: Event) -> StepView:
