@@ -282,14 +282,14 @@ class Eagle3TopApp(App[None]):
         if rec.active:
             path = rec.path
             rec.stop()
-            self.notify(f"recording stopped: {path} ({rec.frames} frames)")
+            self.notify(f"recording stopped: {path} ({rec.frames} frames)", markup=False)
         else:
             path = default_name(self.record_dir)
             why = rec.start(path)
             if why is not None:
-                self.notify(f"cannot record: {why}", severity="error")
+                self.notify(f"cannot record: {why}", severity="error", markup=False)
             else:
-                self.notify(f"recording to {path} (r stops)")
+                self.notify(f"recording to {path} (r stops)", markup=False)
         self._render_status()
 
     def action_next_window(self) -> None:

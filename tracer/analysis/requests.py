@@ -83,6 +83,17 @@ class _SharedRefs(deque[tuple[float, Event]]):
         return _SharedRefs(self, maxlen=self.maxlen)
 
 
+_Parked = tuple[float, list[list[Any]], np.ndarray, np.ndarray]
+
+
+class _Backlog(list[_Parked]):
+    """Parked groups: each event's rid list as the wire had it, and columns the book never
+    changes. A copy of the book shares them: a checkpoint copies no wire data."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Backlog:
+        return _Backlog(self)
+
+
 class RequestTracker:
     """The requests of one source. Not thread-safe: the caller serialises (the book's lock)."""
 
@@ -100,7 +111,7 @@ class RequestTracker:
         # ingest path does one list element per event and a parked event's draft and token bins are
         # freed at once (holding whole events until the fold kept every decoded frame alive and cost
         # ingest ~40%: its memory was never reused warm).
-        self._backlog: list[tuple[float, list[list[Any]], np.ndarray, np.ndarray]] = []
+        self._backlog = _Backlog()
         self._backlog_rows = 0
         self._parked: _SharedRefs = _SharedRefs(maxlen=recent)  # the whole events 'recent' will get
         self.recent: _SharedRefs = _SharedRefs(maxlen=recent)  # (receive time, step event)
@@ -133,7 +144,7 @@ class RequestTracker:
 
     def fold(self) -> int:
         """Count the parked events in; returns how many were folded."""
-        backlog, self._backlog, self._backlog_rows = self._backlog, [], 0
+        backlog, self._backlog, self._backlog_rows = self._backlog, _Backlog(), 0
         if not backlog:
             return 0
         if self.since is None:

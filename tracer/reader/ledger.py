@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from eagle3_top.tracer.schema import HEALTH, KINDS, DecodeError, Event, decode
+from eagle3_top.tracer.schema import HEALTH, KINDS, BadFrame, DecodeError, Event, decode
 
 # Periodic events (hello, health) take their seq when sent, queued ones when queued, so a periodic
 # event can overtake up to a publisher queue's worth of others: a fall back within this window is
@@ -172,16 +172,17 @@ class FrameLedger:
         self.bytes += len(frame)
         try:
             ev = decode(frame)
+        except BadFrame as exc:  # it names its source: counted there, its seq no hole
+            self.malformed += 1
+            self.last_malformed = f"{exc.src}: {exc}"
+            self._counters(exc.src, exc.seq).see(exc.seq)
+            return None
         except DecodeError as exc:
             self.malformed += 1
             self.undecodable += 1
             self.last_malformed = self.last_undecodable = str(exc)
             return None
-        counters = self.sources.get(ev.src)
-        if counters is None:
-            if len(self.sources) >= self.max_sources:
-                self._evict()
-            self.sources[ev.src] = counters = SourceCounters(ev.seq, ev.seq)
+        counters = self._counters(ev.src, ev.seq)
         if ev.kind == HEALTH:
             counters.see_health(ev.body)
         counters.see(ev.seq)
@@ -189,6 +190,14 @@ class FrameLedger:
             self.unknown_kinds += 1
             return None
         return ev
+
+    def _counters(self, src: str, seq: int) -> SourceCounters:
+        counters = self.sources.get(src)
+        if counters is None:
+            if len(self.sources) >= self.max_sources:
+                self._evict()
+            self.sources[src] = counters = SourceCounters(seq, seq)
+        return counters
 
     def _evict(self) -> None:
         """Hostile or buggy publishers could invent a source per frame: forget the stalest eighth

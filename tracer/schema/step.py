@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer.schema.envelope import DecodeError, Event
+from eagle3_top.tracer.schema.shared import Shared
 from eagle3_top.tracer.schema.text import printable
 
 TOKEN_DTYPE = np.dtype("<i4")
@@ -78,7 +79,7 @@ StepColumns = tuple[int, np.ndarray, int]
 
 
 @dataclass(frozen=True)
-class StepView:
+class StepView(Shared):
     """A validated step event."""
 
     step: int
