@@ -100,3 +100,29 @@ async def test_interactive_replay_survives_600_deep_frames_and_seeks_across_them
         await pilot.press("9")  # past them: from the checkpoint made among them
         await wait_until(pilot, lambda: " 90%" in screen_text(app).splitlines()[0], what="90%")
         await wait_until(pilot, lambda: f"malformed {N_DEEP}" in screen_text(app), what="counted again")
+
+
+def test_a_checkpoint_shares_what_the_wire_sent_instead_of_copying_it() -> None:
+    """What the replay keeps every 2,048 frames is a copy of the book's own state: the events,
+    hellos and parked rid lists decoded from frames are the same objects in the copy, so a frame's
+    contents (here an unknown key of 20,000 strings in every step) cost a checkpoint nothing."""
+    import copy
+
+    from eagle3_top.tracer.analysis.evidence import EvidenceBook
+
+    ledger, book = FrameLedger(), EvidenceBook()
+    big = [f"x{i}" for i in range(20_000)]
+    frames = [encode(HELLO, SRC, 0, 1.0, hello().to_body())]
+    frames += [encode(STEP, SRC, i, 1.0 + i, {**step(i), "x_future": big}) for i in range(1, 40)]
+    book.ingest([ev for ev in map(ledger.decode_frame, frames) if ev is not None], 2.0)
+    st = book.sources[SRC]
+    assert st.steps == 39 and st.requests._backlog  # parked until the next fold
+    saved, saved_ledger = copy.deepcopy((book, ledger))
+    kept = saved.sources[SRC]
+    assert kept is not st and kept.acceptance is not st.acceptance  # the book's own state: copied
+    assert kept.last_step_event is st.last_step_event  # the decoded event: shared
+    assert kept.hello is st.hello
+    assert kept.requests._backlog[0][1][0] is st.requests._backlog[0][1][0]  # a parked rid list
+    # the copy goes on by itself: what is folded into one does not show in the other
+    kept.requests.fold()
+    assert len(kept.requests.table().rids) == 4 and not st.requests.table().rids
