@@ -25,9 +25,10 @@ KINDS = frozenset({HELLO, STEP, AUX, PROBE, HEALTH})
 MAX_FRAME_BIN = 64 << 20  # the largest bin a frame may carry (a probe's rows)
 MAX_SRC = 256  # HOST:PID:rRANK; a host name is at most 253 characters
 MAX_SEQ = (1 << 63) - 1
-# Lists and maps nested in a frame's map. Ours nest at most 4 (a hello's eagle_config); a deeper
-# frame, valid msgpack whose unknown keys the protocol says to ignore, would still make every
-# recursive reader of it (a copy, a repr, a JSON dump) run out of stack.
+# Lists and maps nested in a frame's map. Ours nest a few levels (the deepest is a hello's
+# eagle_config, the draft config's own map); a deeper frame, valid msgpack whose unknown keys the
+# protocol says to ignore, would still make a recursive reader of it (a copy, a repr, a JSON dump)
+# run out of stack.
 MAX_DEPTH = 32
 _CONTAINERS = frozenset((list, dict))  # all msgpack decodes to that can hold more
 

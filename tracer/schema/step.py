@@ -9,6 +9,7 @@ two are converted in ``accepted_drafts`` and ``accept_length`` only.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -184,13 +185,26 @@ def check_values(n: int, accepted: np.ndarray, sizes: np.ndarray, tokens: np.nda
     return bool(np.array_equal(expected, tokens))
 
 
+class _ShortRepr(reprlib.Repr):
+    """``repr`` cut short, bytes by their length: an odd rid off the wire (a 64 MiB bin, a long
+    list) costs its name, not a copy of itself as text."""
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return f"({len(x)} bytes)"
+
+    repr_bytearray = repr_bytes
+
+
+_SHORT = _ShortRepr()
+
+
 def rid_text(r: Any) -> str:
     """A request id as every view shows it: a short printable string as is, any other string
     escaped (``text.printable``) and cut to 128 characters, anything else named by its type and
     value. The one form, so that a rid reads the same in the requests table, a timeline and the
     proposals, and a rid picked in one is found in the others."""
     if type(r) is not str:
-        return printable(f"<{type(r).__name__} {r!r}>", MAX_RID)
+        return printable(f"<{type(r).__name__} {_SHORT.repr(r)}>", MAX_RID)
     return r if len(r) <= MAX_RID and r.isprintable() else printable(r, MAX_RID)
 
 
