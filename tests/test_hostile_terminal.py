@@ -143,3 +143,24 @@ def test_text_outputs_of_a_hostile_recording_send_no_escape_sequence(tmp_path: P
         assert b"x1b]0;pwned" in out, (args, "the hostile strings are named, escaped")
         leaked = {name: out.count(seq) for name, seq in FORBIDDEN.items() if seq in out}
         assert not leaked, (args, leaked)
+
+
+async def test_a_table_cell_is_text_never_markup() -> None:
+    """Every table of the monitor is a PlainTable: a str cell holding Rich markup shows as written
+    (a DataTable would style it, or send the terminal a hyperlink), added or updated."""
+    from conftest import screen_text, wait_until
+    from eagle3_top.tui.plain_table import PlainTable
+    from textual.app import App, ComposeResult
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield PlainTable()
+
+    app = One()
+    async with app.run_test(size=(100, 10)) as pilot:
+        table = app.query_one(PlainTable)
+        table.add_column("cell", key="cell")
+        table.add_row("[link=file:///etc/passwd]x[/link][red]r", key="a")
+        await wait_until(pilot, lambda: "[link=file:///etc/passwd]x[/link][red]r" in screen_text(app))
+        table.update_cell("a", "cell", "[b]bold[/b]", update_width=True)
+        await wait_until(pilot, lambda: "[b]bold[/b]" in screen_text(app))
