@@ -11,26 +11,11 @@ import uuid
 
 import pytest
 from conftest import PATIENCE_S
+from tmux_pane import screen as _screen
+from tmux_pane import wait_for as _wait_for
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
-
-
-def _screen(session: str) -> str:
-    return subprocess.run(
-        ["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True
-    ).stdout
-
-
-def _wait_for(session: str, pattern: str, timeout: float = PATIENCE_S) -> str:
-    deadline = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = _screen(session)
-        if re.search(pattern, screen):
-            return screen
-        time.sleep(0.5)
-    raise AssertionError(f"{pattern!r} not on screen after {timeout}s:\n{screen}")
 
 
 ENGINE = "eagle3_top.hooks.toy_main"

@@ -87,6 +87,13 @@ def byte_mutants(seed: int, count: int) -> list[bytes]:
     return out
 
 
+def nested(depth: int) -> list[object]:
+    out: list[object] = []
+    for _ in range(depth - 1):
+        out = [out]
+    return out
+
+
 EDGE_CASES = [
     msgpack.packb({"v": 1, "kind": "step", "src": "h:1:r0", "seq": 1, "ts": 2.0, "rids": ["ok"]}),
     encode(STEP, "h:1:r0", 3, 2.0, {"rids": ["a"]})[:-2] + b"\xa2\xff\xfe",  # invalid UTF-8 in a rid
@@ -114,6 +121,10 @@ EDGE_CASES = [
     b"\x81\xd4\xff\x00\x01",  # a timestamp ext of a bad length
     msgpack.packb([1, "step", "h", 1, 1.0]),
     b"",
+    # an unknown key nested as deep as a frame may (32 levels), one deeper, 600 deeper
+    encode(STEP, "h:1:r0", 3, 2.0, {"x": nested(32)}),
+    encode(STEP, "h:1:r0", 3, 2.0, {"x": nested(33)}),
+    encode(STEP, "h:1:r0", 3, 2.0, {"x": [{"y": nested(600)}]}),
 ]
 
 

@@ -27,6 +27,7 @@ from eagle3_top.tracer.schema import (
     HELLO,
     PROBE,
     STEP,
+    DecodeError,
     Fingerprint,
     Health,
     aux_body,
@@ -502,13 +503,17 @@ def test_dump_survives_a_body_nested_deeper_than_python_recurses(tmp_path: Path)
     head = encode("odd", "h:1:r0", 0, 1000.0, {"x": 1})
     assert head[0] == 0x86  # a map of six keys: the envelope's five and x
     frame = b"\x87" + head[1:] + b"\xa1y" + deep  # and a seventh, y
-    assert decode(frame).body["y"] is not None
+    with pytest.raises(DecodeError, match="nested deeper than 32 levels"):
+        decode(frame)  # refused where it arrives: no reader recurses into it
     w.add(frame, EP, T0)
     w.close()
     (obj,) = dump_json(path)
-    assert obj["kind"] == "odd" and obj["body"] is None and obj["error"] == "body nested too deep to show"
+    assert obj["kind"] == "undecodable" and obj["body"] is None
+    assert obj["error"] == "odd seq 0: nested deeper than 32 levels" and obj["hex"]
     out = run("dump", path)
-    assert out.returncode == 0 and "Traceback" not in out.stderr
+    assert (
+        out.returncode == 0 and "Traceback" not in out.stderr and "nested deeper than 32 levels" in out.stdout
+    )
 
 
 def test_recording_info_counts_drops_per_source(tmp_path: Path) -> None:

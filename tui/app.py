@@ -222,9 +222,9 @@ class Eagle3TopApp(App[None]):
         rec = self.feed.recording
         for started, what in rec.outcomes():
             if started:
-                self.notify(f"recording to {what} (r stops)")
+                self.notify(f"recording to {what} (r stops)", markup=False)
             else:
-                self.notify(what, severity="error")
+                self.notify(what, severity="error", markup=False)
         recording = f"{rec.path} {rec.frames} frames" if rec.active else None
         error = self.feed.error or self.render_error or rec.error
         self.status_bar.update_from(
@@ -290,11 +290,11 @@ class Eagle3TopApp(App[None]):
         if rec.active:
             path = rec.path
             rec.stop()
-            self.notify(f"recording stopped: {path} ({rec.frames} frames)")
+            self.notify(f"recording stopped: {path} ({rec.frames} frames)", markup=False)
         else:
             why = rec.start(default_name(self.record_dir))
             if why is not None:
-                self.notify(why, severity="error")
+                self.notify(why, severity="error", markup=False)
             # else the worker opens the file: _render_status says so once it has, or why not
         self._render_status()
 

@@ -83,7 +83,8 @@ class ReplayApp(Eagle3TopApp):
         if lines:
             more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
             self.notify(
-                "\n".join(lines[:3]) + more,
+                "\n".join(printable(line, 300) for line in lines[:3]) + more,
+                markup=False,
                 title="part of the file was not read",
                 severity="warning",
                 timeout=20,
@@ -134,7 +135,7 @@ class ReplayApp(Eagle3TopApp):
         try:
             how, value = parse_seek(text)
         except ValueError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(str(exc), severity="error", markup=False)  # it quotes what was typed
             return
         if how == "fraction":
             self.timeline.seek_fraction(value)

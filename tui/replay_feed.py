@@ -122,7 +122,8 @@ class ReplayFeed(Feed):
         if position - last < self._every:
             return
         # Only this thread writes the book and the ledger: copying them needs no lock. The
-        # manifest is shared, never copied.
+        # manifest is shared, never copied; so are the events and records decoded from the wire
+        # (schema.Shared): what a frame holds cannot make a copy fail or grow.
         memo = {} if self._manifest is None else {id(self._manifest): self._manifest}
         self._saved[position] = copy.deepcopy((self.book, ledger), memo)
         if len(self._saved) > MAX_CHECKPOINTS:

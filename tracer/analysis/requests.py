@@ -19,7 +19,7 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
-from eagle3_top.tracer.schema import BONUS, TOKEN_DTYPE, Event, printable
+from eagle3_top.tracer.schema import BONUS, TOKEN_DTYPE, Event, rid_text, rid_texts
 
 # SGLang's own requests that are not users': /health_generate sends rid "HEALTH_CHECK_<uuid>".
 INTERNAL_PREFIXES: tuple[str, ...] = ("HEALTH_CHECK",)
@@ -83,6 +83,17 @@ class _SharedRefs(deque[tuple[float, Event]]):
         return _SharedRefs(self, maxlen=self.maxlen)
 
 
+_Parked = tuple[float, list[list[Any]], np.ndarray, np.ndarray]
+
+
+class _Backlog(list[_Parked]):
+    """Parked groups: each event's rid list as the wire had it, and columns the book never
+    changes. A copy of the book shares them: a checkpoint copies no wire data."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Backlog:
+        return _Backlog(self)
+
+
 class RequestTracker:
     """The requests of one source. Not thread-safe: the caller serialises (the book's lock)."""
 
@@ -100,7 +111,7 @@ class RequestTracker:
         # ingest path does one list element per event and a parked event's draft and token bins are
         # freed at once (holding whole events until the fold kept every decoded frame alive and cost
         # ingest ~40%: its memory was never reused warm).
-        self._backlog: list[tuple[float, list[list[Any]], np.ndarray, np.ndarray]] = []
+        self._backlog = _Backlog()
         self._backlog_rows = 0
         self._parked: _SharedRefs = _SharedRefs(maxlen=recent)  # the whole events 'recent' will get
         self.recent: _SharedRefs = _SharedRefs(maxlen=recent)  # (receive time, step event)
@@ -133,7 +144,7 @@ class RequestTracker:
 
     def fold(self) -> int:
         """Count the parked events in; returns how many were folded."""
-        backlog, self._backlog, self._backlog_rows = self._backlog, [], 0
+        backlog, self._backlog, self._backlog_rows = self._backlog, _Backlog(), 0
         if not backlog:
             return 0
         if self.since is None:
@@ -186,12 +197,14 @@ class RequestTracker:
         try:
             found = list(map(self.index.get, rids, repeat(-1)))
         except TypeError:  # an unhashable rid off the wire: named as text, like any odd rid
-            rids[:] = [_rid_text(r) for r in rids]
+            rids[:] = rid_texts(rids)
             found = list(map(self.index.get, rids, repeat(-1)))
         if -1 in found:
             first: list[float] = []
             for i in [i for i, j in enumerate(found) if j == -1]:
-                rid = rids[i] if type(rids[i]) is str else _rid_text(rids[i])
+                # A request is known by its rid as shown (rid_text), so that no escape sequence
+                # reaches a view; only a rid not seen before, or one that needed escaping, gets here.
+                rid = rid_text(rids[i])
                 j = self.index.get(rid)
                 if j is None:
                     j = self.index[rid] = len(self._rids)
@@ -277,12 +290,16 @@ class RequestTracker:
 
 
 def _row_of(ev: Event, rid: str) -> int | None:
+    """The row of ``rid`` (a rid as shown, ``rid_text``) in a step event, None if it is not there."""
     rids = ev.body.get("rids")
+    if type(rids) is not list:
+        return None
     try:
-        return rids.index(rid) if type(rids) is list else None
+        return rids.index(rid)
+    except ValueError:
+        pass
+    shown = rid_texts(rids)  # the wire's rids as shown: the same list unless one needed escaping
+    try:
+        return None if shown == rids else shown.index(rid)
     except ValueError:
         return None
-
-
-def _rid_text(r: Any) -> str:
-    return r if type(r) is str else printable(f"<{type(r).__name__} {r!r}>", 128)

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from eagle3_top.tracer.reader.eviction import Evictions, make_room
-from eagle3_top.tracer.schema import HEALTH, HELLO, KINDS, STEP, DecodeError, Event, decode
+from eagle3_top.tracer.schema import HEALTH, HELLO, KINDS, STEP, BadFrame, DecodeError, Event, decode
 
 # Periodic events (hello, health) take their seq when sent, queued ones when queued, so a periodic
 # event can overtake up to a publisher queue's worth of others: a fall back within this window is
@@ -196,16 +196,17 @@ class FrameLedger:
         self.bytes += len(frame)
         try:
             ev = decode(frame)
+        except BadFrame as exc:  # it names its source: counted there, its seq no hole
+            self.malformed += 1
+            self.last_malformed = f"{exc.src}: {exc}"
+            self._counters(exc.src, exc.seq).see(exc.seq)
+            return None
         except DecodeError as exc:
             self.malformed += 1
             self.undecodable += 1
             self.last_malformed = self.last_undecodable = str(exc)
             return None
-        counters = self.sources.get(ev.src)
-        if counters is None:
-            if len(self.sources) >= self.max_sources:
-                make_room(self.sources, self.evictions)
-            self.sources[ev.src] = counters = SourceCounters(ev.seq, ev.seq)
+        counters = self._counters(ev.src, ev.seq)
         if ev.kind == HEALTH:
             counters.see_health(ev.body)
         counters.see(ev.seq, ev.kind)
@@ -217,6 +218,14 @@ class FrameLedger:
     @property
     def evicted_sources(self) -> int:
         return self.evictions.total
+
+    def _counters(self, src: str, seq: int) -> SourceCounters:
+        counters = self.sources.get(src)
+        if counters is None:
+            if len(self.sources) >= self.max_sources:
+                make_room(self.sources, self.evictions)
+            self.sources[src] = counters = SourceCounters(seq, seq)
+        return counters
 
     def count_malformed(self, reason: str) -> None:
         """For errors found after decoding (bad columns in a step, say)."""

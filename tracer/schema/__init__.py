@@ -22,6 +22,7 @@ from eagle3_top.tracer.schema.envelope import (
     PROBE,
     SCHEMA_VERSION,
     STEP,
+    BadFrame,
     DecodeError,
     Envelope,
     Event,
@@ -60,6 +61,8 @@ from eagle3_top.tracer.schema.step import (
     accepted_drafts,
     check_values,
     column,
+    rid_text,
+    rid_texts,
     row_depths,
     step_body,
     step_columns,
@@ -70,9 +73,9 @@ from eagle3_top.tracer.schema.text import printable
 
 __all__ = [
     "AUX", "BONUS", "HEALTH", "HELLO", "KINDS", "NO_SPECULATION", "PROBE", "PROBE_AUX_DTYPE", "PROBE_MARKER", "SCHEMA_VERSION",
-    "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "AuxWiring", "DecodeError", "DraftClaims", "Envelope", "Event", "Fingerprint",
+    "SPEC_KEYS", "STEP", "TOKEN_DTYPE", "AuxSample", "BadFrame", "AuxWiring", "DecodeError", "DraftClaims", "Envelope", "Event", "Fingerprint",
     "Health", "Hello", "ModelInfo", "ProbeRows", "Rewrite", "SourceId", "SpecConfig", "StepColumns",
     "StepView", "VocabSummary", "accept_length", "accepted_drafts", "aux_body", "aux_view", "check_values",
-    "column", "decode", "encode", "is_probe_rid", "peek", "probe_body", "printable", "probe_view", "split_source_key",
-    "step_body", "step_columns", "step_view", "row_depths", "step_depths",
+    "column", "decode", "encode", "is_probe_rid", "peek", "probe_body", "printable", "probe_view", "rid_text", "rid_texts",
+    "split_source_key", "step_body", "step_columns", "step_view", "row_depths", "step_depths",
 ]  # fmt: skip

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import msgpack
+from eagle3_top.tracer.schema.shared import Shared
 from eagle3_top.tracer.schema.text import printable
 
 SCHEMA_VERSION = 1
@@ -24,10 +25,60 @@ KINDS = frozenset({HELLO, STEP, AUX, PROBE, HEALTH})
 MAX_FRAME_BIN = 64 << 20  # the largest bin a frame may carry (a probe's rows)
 MAX_SRC = 256  # HOST:PID:rRANK; a host name is at most 253 characters
 MAX_SEQ = (1 << 63) - 1
+# Lists and maps nested in a frame's map. Ours nest a few levels (the deepest is a hello's
+# eagle_config, the draft config's own map); a deeper frame, valid msgpack whose unknown keys the
+# protocol says to ignore, would still make a recursive reader of it (a copy, a repr, a JSON dump)
+# run out of stack.
+MAX_DEPTH = 32
+_CONTAINERS = frozenset((list, dict))  # all msgpack decodes to that can hold more
 
 
 class DecodeError(ValueError):
     """A frame or body that is not valid v1; the message says what is wrong in one line."""
+
+
+class BadFrame(DecodeError):
+    """A frame with a valid envelope that is refused whole (nested too deep): it names its source
+    and sequence number, so a reader counts it against that source, not as a hole."""
+
+    def __init__(self, message: str, src: str, seq: int) -> None:
+        super().__init__(message)
+        self.src = src
+        self.seq = seq
+
+
+def _shallow(v: list[Any] | dict[Any, Any], room: int) -> bool:
+    """True when lists and maps nest at most ``room`` levels inside ``v`` (recursing at most that
+    deep). Cheap on our frames: a list of strings (a step's rids) passes by one ``join`` at C
+    speed, a list of numbers by one C-level scan of its types, a scalar by one type test."""
+    for x in v.values() if type(v) is dict else v:
+        t = type(x)
+        if t is not list and t is not dict:
+            continue
+        if room == 0:
+            return False
+        if t is list:
+            if not x:
+                continue
+            if type(x[0]) is str:
+                try:
+                    "".join(x)
+                    continue
+                except TypeError:
+                    pass
+            elif _CONTAINERS.isdisjoint(map(type, x)):  # numbers: no exception raised and caught
+                continue
+        if not _shallow(x, room - 1):
+            return False
+    return True
+
+
+def _event(kind: str, src: str, seq: int, ts: float, msg: dict[str, Any]) -> Event:
+    # Sources are named on screen and in verdicts: no escape sequence gets that far.
+    shown = src if src.isprintable() else printable(src, MAX_SRC)
+    if not _shallow(msg, MAX_DEPTH):
+        raise BadFrame(f"{printable(kind, 32)} seq {seq}: nested deeper than {MAX_DEPTH} levels", shown, seq)
+    return Event(kind, shown, seq, ts, msg)
 
 
 @dataclass(frozen=True)
@@ -57,7 +108,9 @@ def split_source_key(key: str) -> tuple[str, str, str]:
 
 
 @dataclass
-class Event:
+class Event(Shared):
+    """One decoded frame; never changed afterwards (``Shared``: a copy is the same event)."""
+
     kind: str
     src: str
     seq: int
@@ -101,8 +154,7 @@ def decode(frame: bytes) -> Event:
         and 0 < len(src) <= MAX_SRC
         and len(kind) <= 32
     ):
-        # Sources are named on screen and in verdicts: no escape sequence gets that far.
-        return Event(kind, src if src.isprintable() else printable(src, MAX_SRC), seq, ts, msg)
+        return _event(kind, src, seq, ts, msg)
     if not isinstance(kind, str):
         raise DecodeError(f"missing or non-string 'kind': {printable(repr(kind), 40)}")
     if len(kind) > 32:
@@ -115,7 +167,7 @@ def decode(frame: bytes) -> Event:
         raise DecodeError(f"'seq' {printable(repr(seq), 40)} is not an integer in [0, 2^63)")
     if type(ts) not in (int, float) or not math.isfinite(ts):
         raise DecodeError(f"'ts' {printable(repr(ts), 40)} is not a finite number")
-    return Event(kind, src if src.isprintable() else printable(src, MAX_SRC), seq, float(ts), msg)
+    return _event(kind, src, seq, float(ts), msg)
 
 
 class Envelope(NamedTuple):
@@ -157,5 +209,7 @@ def peek(frame: bytes) -> Envelope | None:
             return None
         ts = float(ts)  # decode's slow path: an int ts is accepted as a float (or overflows)
     if ts - ts != 0.0:  # NaN or an infinity
+        return None
+    if not _shallow(msg, MAX_DEPTH):
         return None
     return Envelope(kind, src if src.isprintable() else printable(src, MAX_SRC), seq, ts, msg)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from eagle3_top.tracer.schema.shared import Shared
 from eagle3_top.tracer.schema.tolerant import R, Record, as_int, as_map, as_str, read_record
 
 SPEC_KEYS = ("algorithm", "num_steps", "topk", "num_draft_tokens")
@@ -131,7 +132,7 @@ class Parallel(Record):
 
 
 @dataclass(frozen=True)
-class Hello:
+class Hello(Shared):
     engine: str | None = None
     engine_version: str | None = None
     model: ModelInfo = field(default_factory=ModelInfo)

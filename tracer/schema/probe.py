@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer.schema.envelope import DecodeError
-from eagle3_top.tracer.schema.step import TOKEN_DTYPE
+from eagle3_top.tracer.schema.step import TOKEN_DTYPE, rid_text
 
 PROBE_MARKER = "e3t-probe"  # a request whose rid contains it is a probe
 PROBE_AUX_DTYPE = np.dtype("<f2")
@@ -57,6 +57,7 @@ def probe_view(body: Mapping[str, Any]) -> ProbeRows:
     rid = body.get("rid")
     if not isinstance(rid, str):
         raise DecodeError("probe 'rid' is not a string")
+    rid = rid_text(rid)  # shown in the probe panel and its notes, as a step's rids are
     vals = []
     for key in ("rows", "slots", "slot_width", "offset"):
         v = body.get(key)

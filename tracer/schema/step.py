@@ -9,6 +9,7 @@ two are converted in ``accepted_drafts`` and ``accept_length`` only.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer.schema.envelope import DecodeError, Event
+from eagle3_top.tracer.schema.shared import Shared
 from eagle3_top.tracer.schema.text import printable
 
 TOKEN_DTYPE = np.dtype("<i4")
@@ -78,7 +80,7 @@ StepColumns = tuple[int, np.ndarray, int]
 
 
 @dataclass(frozen=True)
-class StepView:
+class StepView(Shared):
     """A validated step event."""
 
     step: int
@@ -98,7 +100,7 @@ class StepView:
     def rids(self) -> list[str]:
         """The request ids, each a printable string of at most 128 characters: checked when a view
         reads them, not when the step is viewed (a fleet's steps are viewed by the thousand)."""
-        return _rids(self.raw_rids)
+        return rid_texts(self.raw_rids)
 
     @property
     def accept_lengths(self) -> np.ndarray:
@@ -112,6 +114,7 @@ _COUNTS = (("step", 0), ("topk", 1), ("discarded", 0))  # optional non-negative 
 # reshape or an allocation.
 MAX_WIDTH = 4096
 MAX_BATCH = 1 << 16
+MAX_RID = 128  # characters of a request id shown; SGLang's are uuid4 hex (32)
 _INT32 = TOKEN_DTYPE.itemsize
 _BIN = (bytes, bytearray)  # what msgpack hands back for bin
 
@@ -206,21 +209,39 @@ def check_values(
     return bool(np.array_equal(expected, tokens))
 
 
-def _rid(r: Any) -> str:
-    # Checked here, when a step is shown, not on the ingest path: nothing per request runs there.
+class _ShortRepr(reprlib.Repr):
+    """``repr`` cut short, bytes by their length: an odd rid off the wire (a 64 MiB bin, a long
+    list) costs its name, not a copy of itself as text."""
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return f"({len(x)} bytes)"
+
+    repr_bytearray = repr_bytes
+
+
+_SHORT = _ShortRepr()
+
+
+def rid_text(r: Any) -> str:
+    """A request id as every view shows it: a short printable string as is, any other string
+    escaped (``text.printable``) and cut to 128 characters, anything else named by its type and
+    value. The one form, so that a rid reads the same in the requests table, a timeline and the
+    proposals, and a rid picked in one is found in the others."""
     if type(r) is not str:
-        return f"<{type(r).__name__}>"
-    return r if len(r) <= 128 and r.isprintable() else printable(r, 128)
+        return printable(f"<{type(r).__name__} {_SHORT.repr(r)}>", MAX_RID)
+    return r if len(r) <= MAX_RID and r.isprintable() else printable(r, MAX_RID)
 
 
-def _rids(rids: list[Any]) -> list[str]:
+def rid_texts(rids: list[Any]) -> list[str]:
+    """``rid_text`` of each; checked when a step is shown, not on the ingest path, where nothing
+    per request runs."""
     # The common case at C speed (every rid a short printable string): one join, one scan, one
     # map of len; the per-rid checks only for a list that fails it.
     try:
-        ok = "".join(rids).isprintable() and max(map(len, rids), default=0) <= 128
+        ok = "".join(rids).isprintable() and max(map(len, rids), default=0) <= MAX_RID
     except TypeError:  # a rid that is no string
         ok = False
-    return list(rids) if ok else [_rid(r) for r in rids]
+    return list(rids) if ok else [rid_text(r) for r in rids]
 
 
 def step_view(ev: Event) -> StepView:

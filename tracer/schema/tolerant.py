@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from eagle3_top.tracer.schema.shared import Shared
 from eagle3_top.tracer.schema.text import printable
 
 T = TypeVar("T")
@@ -100,7 +101,7 @@ def record_body(rec: Any, *, rename: Mapping[str, str] | None = None) -> dict[st
     return out
 
 
-class Record:
+class Record(Shared):
     """Base of the flat frozen dataclasses read tolerantly. ``WIRE``: field name -> wire key, where
     they differ."""
 

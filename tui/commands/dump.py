@@ -113,14 +113,8 @@ def _emit(text: str) -> None:
 
 
 def _json_line(rec: RecordedFrame, ev: Event | None, why: str) -> str:
-    try:
-        return json.dumps(frame_json(rec, ev, why), allow_nan=False)
-    except RecursionError:  # msgpack nests up to 1023 deep, beyond what Python recurses into
-        obj = frame_json(rec, None, "body nested too deep to show")
-        if ev is not None:
-            obj.update(source=ev.src, kind=ev.kind, seq=ev.seq, ts=ev.ts)
-            del obj["hex"]
-        return json.dumps(obj, allow_nan=False)
+    # No RecursionError here: decode refuses a frame nested deeper than schema.MAX_DEPTH.
+    return json.dumps(frame_json(rec, ev, why), allow_nan=False)
 
 
 def _text_line(rec: RecordedFrame, ev: Event | None, why: str, first_ns: int) -> str:
