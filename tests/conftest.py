@@ -72,13 +72,23 @@ def poll_until(cond: Callable[[], object], what: str, timeout: float = PATIENCE_
         time.sleep(0.01)
 
 
-@pytest.fixture
-def raw_pub() -> Iterator[tuple[zmq.Socket, str]]:
-    sock = zmq.Context.instance().socket(zmq.PUB)
+def _bound(kind: int) -> Iterator[tuple[zmq.Socket, str]]:
+    sock = zmq.Context.instance().socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind("tcp://127.0.0.1:0")
     yield sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
     sock.close()
+
+
+@pytest.fixture
+def raw_pub() -> Iterator[tuple[zmq.Socket, str]]:
+    yield from _bound(zmq.PUB)
+
+
+@pytest.fixture
+def xpub() -> Iterator[tuple[zmq.Socket, str]]:
+    """A raw publisher that knows when a subscriber has joined (XPUB hands the subscription up)."""
+    yield from _bound(zmq.XPUB)
 
 
 @pytest.fixture

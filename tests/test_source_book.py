@@ -10,12 +10,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zmq
+from conftest import poll_until
 from eagle3_top.tracer.reader.recording import RecordingWriter, read_recording
 from eagle3_top.tracer.schema import HELLO, STEP, decode, encode, step_body
 from stream_samples import hello, step
@@ -41,25 +41,6 @@ def jumping_frames(t0: float = 1_780_000_000.0) -> list[bytes]:
     return frames
 
 
-def wait_for(cond: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    """Wait on a condition; the timeout only turns a hang into a failure that says what."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def xpub() -> Iterator[tuple[zmq.Socket, str]]:
-    """A raw publisher that knows when a subscriber has joined (XPUB hands the subscription up)."""
-    sock = zmq.Context.instance().socket(zmq.XPUB)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.bind("tcp://127.0.0.1:0")
-    yield sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
-    sock.close()
-
-
 def test_a_seq_that_jumps_is_counted_as_resyncs_not_as_loss_everywhere(
     xpub: tuple[zmq.Socket, str], tmp_path: Path
 ) -> None:
@@ -80,7 +61,7 @@ def test_a_seq_that_jumps_is_counted_as_resyncs_not_as_loss_everywhere(
             except Exception:  # not a whole file yet
                 return False
 
-        wait_for(recorded, "the recorder to write the frames sent")
+        poll_until(recorded, "the recorder to write the frames sent")
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
