@@ -14,7 +14,7 @@ $(VENV)/.installed-core: $(BIN)/python pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/pip install -q -e ".[text]"
 	touch $@
 
-.PHONY: demo replay test test-vllm bench-vllm test-sglang-versions sglang-matrix lint bench clean
+.PHONY: demo replay test test-vllm bench-vllm bench-full test-sglang-versions sglang-matrix lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -105,7 +105,12 @@ lint: $(VENV)/.installed
 	$(BIN)/mypy tracer tui hooks
 	$(BIN)/lint-imports
 
+# The short pass (6 min on an idle 2-core box); `make bench-full` runs each longer, for the figures in
+# docs/performance.md (over 15 min). Both remove what they write.
 bench: $(VENV)/.installed
+	$(BIN)/python -m benchmarks.run_all --quick
+
+bench-full: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.run_all
 
 clean:
