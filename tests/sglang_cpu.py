@@ -82,6 +82,9 @@ def start_sglang_subprocess(body: str, *, env: dict[str, str] | None = None) -> 
     full_env = dict(os.environ)
     full_env.setdefault("CUDA_VISIBLE_DEVICES", "")
     full_env["PYTHONUNBUFFERED"] = "1"
+    # each child its own rendezvous port (a test that shares one between ranks says so in ``env``):
+    # one inherited from the worker's environment was held by another child at three at a time
+    full_env["MASTER_PORT"] = str(free_port())
     if env:
         full_env.update(env)
     return Child(code, full_env)

@@ -167,7 +167,8 @@ def init_process_group(world_size: int = 1, rank: int = 0) -> None:
     import inspect
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
+    if "MASTER_PORT" not in os.environ:  # a port free now, not one derived from the pid that
+        os.environ["MASTER_PORT"] = str(_free_port())  # another process may hold
     import torch.distributed as dist
     from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
 
@@ -185,6 +186,14 @@ def init_process_group(world_size: int = 1, rank: int = 0) -> None:
         initialize_model_parallel(tensor_model_parallel_size=world_size, backend="gloo")  # 0.5.17
     else:  # 0.5.23 reads the widths from the published context
         initialize_model_parallel(backend="gloo")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _publish_context(tp_size: int = 1, rank: int = 0) -> None:
