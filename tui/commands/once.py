@@ -8,12 +8,8 @@ least one source, 3 when none was heard."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from eagle3_top.tracer.analysis.manifest import Manifest
@@ -23,6 +19,7 @@ from eagle3_top.tracer.transport.curve import CurveClient
 from eagle3_top.tui.config import LIVE_INTERVAL_S
 
 from .report import EXIT_OK, EXIT_PARTIAL, quiet_stdout
+from .stop_signal import StopSignal
 
 if TYPE_CHECKING:
     from eagle3_top.tui.snapshot import Snapshot
@@ -30,23 +27,6 @@ if TYPE_CHECKING:
 
 ONCE_INTERVAL_S = LIVE_INTERVAL_S  # how long --once listens when -i does not say
 RECENT = (10, 60)  # the windows --json reports beside since-start
-
-
-@contextlib.contextmanager
-def _ended_by_signal() -> Iterator[threading.Event]:
-    """An event that SIGINT or SIGTERM sets, instead of ending the process, while the block runs
-    (from the main thread only: Python takes signals there, and tests call us from others)."""
-    ended = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield ended
-        return
-    signals = (signal.SIGINT, signal.SIGTERM)
-    before = {sig: signal.signal(sig, lambda *_: ended.set()) for sig in signals}
-    try:
-        yield ended
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 def once_live(
@@ -69,8 +49,8 @@ def once_live(
     )
     feed.start()
     try:
-        with _ended_by_signal() as ended:
-            ended.wait(interval_s)
+        with StopSignal() as stop:  # Ctrl-C or SIGTERM: print what was heard so far
+            stop.wait(interval_s)
         feed.settle_findings()
         snap = feed.snapshot(windows=RECENT if as_json else ())
     finally:

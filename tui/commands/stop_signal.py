@@ -11,16 +11,28 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import Any
 
 
 class StopSignal:
-    """Installs itself for SIGTERM and SIGINT; ``signum`` is the first one that came, or None."""
+    """Installs itself for SIGTERM and SIGINT; ``signum`` is the first one that came, or None.
+    As a context manager it puts the handlers it replaced back at the end of the block. Off the
+    main thread, where Python takes no signals, it installs nothing and only ``wait`` sleeps."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._event = threading.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._on_signal)
+        self._before: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._before[signum] = signal.signal(signum, self._on_signal)
+
+    def __enter__(self) -> StopSignal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
