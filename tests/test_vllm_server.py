@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -38,10 +39,22 @@ HANG_GUARD_S = 900  # only against a hang: every wait below ends on an event fir
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port free now, below the kernel's ephemeral range: vLLM's own processes bind port 0 for
+    their sockets and take ports from that range, and one took the port picked for our publisher
+    before the plugin bound it (no stream: "Address already in use", tracer off)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    while True:
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @pytest.fixture(scope="module")
