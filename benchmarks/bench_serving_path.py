@@ -12,15 +12,19 @@ the way SGLang does it and not timed. Arms, interleaved round by round:
   read at result time; rids read on the sender thread.
 - ``before``: the path before 2026-12-06, rebuilt from the same primitives: three copies at verify,
   each with its event, ``str(r.rid)`` per row and ``req.finished()`` per row on the serving thread.
+- ``ring``: the shipped hooks on a ``RingPublisher`` (the SGLang plugin's default): the step's
+  columns are written into a shared-memory ring on the serving thread, after SGLang's result
+  processing has waited for its copies; a sidecar process publishes them.
 
-Each for a step alone and for a step with an aux fingerprint (``aux_interval_s = 0``), at batch 1
-and 32 (4 draft tokens, as ``--speculative-num-draft-tokens 4``) and 64 x 16, hidden 4096 x 3
-slots. Between rounds, untimed, the recorded events are resolved as the sender thread would.
+Each for a step alone and for a step with an aux fingerprint (``aux_interval_s = 0``), at batch 1,
+16 and 64 (4 draft tokens, as ``--speculative-num-draft-tokens 4``) and 64 x 16, hidden ``--hidden``
+(4096, Llama-3.1-8B's; 7168 for Kimi K2's) x 3 slots; median and p99 over every step timed. Between rounds, untimed, the recorded events are resolved as the sender thread would.
 
 Then a scheduler-like loop (~1 ms of small device work per iteration, then both hooks):
-iterations per second with the tracer off, with the hooks on and the sender idle, and with a real
-``Publisher``'s sender busy (a subscriber process draining it), rotating round by round, so the
-hooks' own cost and the sender thread's share of the GIL show apart.
+iterations per second with the tracer off, with the hooks on and the sender idle, with a real
+``Publisher``'s sender busy (a subscriber process draining it), and with the sender in a sidecar
+process (``RingPublisher``), rotating round by round, so the hooks' own cost and the sender
+thread's share of the GIL show apart.
 
 Before timing anything it checks that the shipped hooks publish the right steps, through SGLang's
 host copies and without them (``--check-only``: just that).
@@ -193,32 +197,48 @@ def check_paths(torch: Any, dev: str) -> dict[str, bool]:
     return out
 
 
-def host_times(torch: Any, dev: str, quick: bool) -> dict[str, Any]:
-    """Median serving-thread µs per verify step, per arm, batch shape and aux setting."""
+def _ring_publisher() -> Any:
+    from eagle3_top.tracer.schema import SourceId
+    from eagle3_top.tracer.serving.ring_publisher import RingPublisher
+
+    return RingPublisher("tcp://127.0.0.1:0", SourceId.local(engine="bench"))
+
+
+def host_times(torch: Any, dev: str, quick: bool, hidden: int = 4096) -> dict[str, Any]:
+    """Serving-thread µs per verify step (median and p99 over every step timed), per arm, batch
+    shape and aux setting. ``ring``: the shipped hooks on a ``RingPublisher``, whose sidecar process
+    reads what the serving thread wrote (the serving thread's share only is timed)."""
     from eagle3_top.tracer.serving.deferred import Deferred
     from eagle3_top.tracer.serving.publisher import MemoryPublisher
     from eagle3_top.tracer.serving.tracer import Tracer
 
     rounds, per_round = (8, 20) if quick else (30, 40)
     out: dict[str, Any] = {}
-    for bs, n in ((1, 4), (32, 4), (64, 16)):
-        w = Workload(torch, dev, bs, n)
+    names = ("before", "now", "ring")
+    for bs, n in ((1, 4), (16, 4), (64, 4), (64, 16)):
+        w = Workload(torch, dev, bs, n, hidden=hidden)
         for aux in (False, True):
             arms = {}
-            for arm, make in (("before", _before_hooks), ("now", _now_hooks)):
-                pub = MemoryPublisher()
-                tracer = Tracer(pub, aux_interval_s=0.0 if aux else 1e9)  # type: ignore[arg-type]
-                tracer.set_slot_width(4096)
+            for arm, make in (("before", _before_hooks), ("now", _now_hooks), ("ring", _now_hooks)):
+                pub = _ring_publisher() if arm == "ring" else MemoryPublisher()
+                tracer = Tracer(pub, aux_interval_s=0.0 if aux else 1e9)
+                tracer.set_slot_width(hidden)
                 av, ap = make(lambda _w, t=tracer: t)
                 arms[arm] = (pub, tracer, av, ap, [])
             verify = lambda _self, _batch, w=w: w._r  # noqa: E731
-            process = lambda _self, _batch, _result: None  # noqa: E731
+            inside = [0.0]
+
+            def process(_self: Any, _batch: Any, result: Any, inside: list[float] = inside) -> None:
+                # SGLang's own result processing begins by waiting for its copies: not ours
+                t = time.perf_counter()
+                result.copy_done.synchronize()
+                inside[0] = time.perf_counter() - t
+
             for r in range(rounds + 1):
-                for arm in ("before", "now") if r % 2 else ("now", "before"):
+                for arm in names[r % 3 :] + names[: r % 3]:
                     pub, tracer, av, ap, times = arms[arm]
                     if dev == "cuda":
                         torch.cuda.synchronize()
-                    total = 0.0
                     for _ in range(per_round):
                         w._r = w.result()  # type: ignore[attr-defined]
                         t0 = time.perf_counter()
@@ -227,20 +247,33 @@ def host_times(torch: Any, dev: str, quick: bool) -> dict[str, Any]:
                         w.sglang_copy(res)
                         t2 = time.perf_counter()
                         ap(process, w.scheduler, w.batch, res)
-                        total += t1 - t0 + time.perf_counter() - t2
-                    for _, body in pub.events:  # as the sender thread would, untimed
-                        if isinstance(body, Deferred):
-                            body.resolve()
-                    errors = pub.hook_errors
-                    pub.events.clear()
-                    if errors:
+                        took = t1 - t0 + time.perf_counter() - t2 - inside[0]
+                        if r:  # the first round fills the pinned pools
+                            times.append(took * 1e6)
+                    if arm != "ring":
+                        for _, body in pub.events:  # as the sender thread would, untimed
+                            if isinstance(body, Deferred):
+                                body.resolve()
+                        pub.events.clear()
+                    else:
+                        pub.flush(30.0)  # the sidecar (and aux thread) catch up, untimed
+                    if pub.hook_errors:
                         raise RuntimeError(f"{arm}: hook error {pub.last_error}")
-                    if r:  # the first round fills the pinned pools
-                        times.append(total / per_round * 1e6)
             key = f"batch {bs} x {n}" + (", step + aux fingerprint" if aux else ", step")
-            b, nw = statistics.median(arms["before"][4]), statistics.median(arms["now"][4])
-            out[key] = {"before_us": round(b, 2), "now_us": round(nw, 2), "now_over_before": round(nw / b, 3)}
-            print(f"{key:42s} now {nw:8.2f} us   before {b:8.2f} us   ratio {nw / b:.3f}")
+            row: dict[str, Any] = {}
+            for arm in names:
+                ts = sorted(arms[arm][4])
+                row[f"{arm}_us"] = round(statistics.median(ts), 2)
+                row[f"{arm}_p99_us"] = round(ts[min(len(ts) - 1, int(len(ts) * 0.99))], 2)
+            ring_pub = arms["ring"][0]
+            row["ring_dropped"] = ring_pub.dropped
+            ring_pub.close()
+            row["now_over_before"] = round(row["now_us"] / row["before_us"], 3)
+            out[key] = row
+            print(
+                f"{key:42s} ring {row['ring_us']:7.2f} us (p99 {row['ring_p99_us']:7.2f})   now {row['now_us']:7.2f}"
+                f" (p99 {row['now_p99_us']:7.2f})   before {row['before_us']:7.2f} us"
+            )
     return out
 
 
@@ -372,6 +405,7 @@ def scheduler_loop(
     pubs = {
         "busy20": Publisher("tcp://127.0.0.1:0", SourceId.local(engine="bench"), flush_interval_s=0.02),
         "busy": Publisher("tcp://127.0.0.1:0", SourceId.local(engine="bench")),  # the default, 100 ms
+        "ring": _ring_publisher(),  # the sender in a sidecar process (the SGLang plugin's default)
     }
     if split:  # the default sender, less its socket sends, less its encoding too
         pubs["encode_no_send"] = _partial_sender(True)("tcp://127.0.0.1:0", SourceId.local(engine="bench"))
@@ -430,7 +464,7 @@ def scheduler_loop(
                 mem.events.clear()
         return k / busy
 
-    arms: tuple[str, ...] = ("off", "hooks", "busy20", "busy")
+    arms: tuple[str, ...] = ("off", "hooks", "busy20", "busy", "ring")
     if split:
         arms += ("encode_no_send", "resolve_only")
     arm[0] = "busy"
@@ -465,15 +499,18 @@ def scheduler_loop(
             f"{res['ratio_resolve_only_over_off']:.4f}, resolve + encode {res['ratio_encode_no_send_over_off']:.4f}, "
             f"+ send {res['ratio_busy_over_off']:.4f}"
         )
-    res["sent"] = [p.sent for p in pubs.values()]
+    res["sent"] = [getattr(p, "sent", None) for p in pubs.values()]
     res["received"] = received
     res["dropped"] = [p.dropped for p in pubs.values()]
-    res["errors"] = sum(p.hook_errors + p.encode_errors for p in pubs.values()) + mem.hook_errors
+    res["errors"] = (
+        sum(p.hook_errors + getattr(p, "encode_errors", 0) for p in pubs.values()) + mem.hook_errors
+    )
     print(
         f"scheduler-like loop, batch {bs} x {n}, ~1 ms of device work per iteration, {rounds} rounds: "
         f"off {res['it_per_s_off']:.0f} it/s; hooks on, sender idle "
         f"{res['ratio_hooks_over_off']:.4f}; sender busy {res['ratio_busy20_over_off']:.4f} (waking every "
-        f"20 ms), {res['ratio_busy_over_off']:.4f} (every 100 ms, the default); sent {res['sent']}, received "
+        f"20 ms), {res['ratio_busy_over_off']:.4f} (every 100 ms); sender in a sidecar process "
+        f"{res['ratio_ring_over_off']:.4f}; sent {res['sent']}, received "
         f"{received}, dropped {res['dropped']}"
     )
     return res
@@ -487,6 +524,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--split", action="store_true", help="loop arms: the sender without sends / encoding")
     ap.add_argument("--loop-only", action="store_true", help="only the scheduler-like loop")
     ap.add_argument("--check-only", action="store_true", help="only check the published steps")
+    ap.add_argument("--hidden", type=int, default=4096, help="the target's hidden size (aux rows: 3 x it)")
     ns = ap.parse_args(argv)
     import torch
 
@@ -506,7 +544,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print("pieces, per call on this host:")
             res["components_us"] = components(torch)
         print("serving-thread time per verify step (verify wrapper + result hook), median of rounds:")
-        res["host_us"] = host_times(torch, dev, ns.quick)
+        res["host_us"] = host_times(torch, dev, ns.quick, ns.hidden)
     res["loop"] = scheduler_loop(torch, dev, ns.quick, split=ns.split)
     if ns.profile:
         profile_now(torch, dev)

@@ -18,6 +18,10 @@ ENV_ALLOW_REMOTE = "EAGLE3_TOP_ALLOW_REMOTE"  # =1: allow a non-loopback bind ad
 ENV_AUX_INTERVAL = "EAGLE3_TOP_AUX_INTERVAL"  # seconds between aux fingerprints
 ENV_FORCE = "EAGLE3_TOP_FORCE"  # =1: try on a release outside the tested range
 ENV_PAUSE_FILE = "EAGLE3_TOP_PAUSE_FILE"  # while this file exists the tracer records nothing
+# =0: the sender runs as a thread of the serving process; =1: in a sidecar process fed through a
+# shared-memory ring (the SGLang plugin's default; see tracer/serving/ring_publisher.py)
+ENV_SIDECAR = "EAGLE3_TOP_SIDECAR"
+ENV_RING_MB = "EAGLE3_TOP_RING_MB"  # the sidecar's ring, in MiB (64 by default)
 
 
 def endpoint_for_rank(endpoint: str, rank: int) -> str:
@@ -149,22 +153,41 @@ def with_ranks(hello: Any, r: dict[str, int]) -> Any:
     )
 
 
-def new_tracer(endpoint: str, rank: int, engine: str, curve: Any, log: logging.Logger) -> Any:
+def new_tracer(
+    endpoint: str, rank: int, engine: str, curve: Any, log: logging.Logger, sidecar: bool = False
+) -> Any:
     """A publisher bound for this rank (``endpoint`` + rank) and the tracer on it, from the plugins'
-    environment (remote binds, the aux interval, the pause file)."""
+    environment (remote binds, the aux interval, the pause file). ``sidecar``: the engine's default
+    for where the sender runs (``EAGLE3_TOP_SIDECAR`` overrides it); a sidecar that cannot start
+    leaves the sender in this process, said once in the log."""
     import os
 
     from eagle3_top.tracer.schema import SourceId
-    from eagle3_top.tracer.serving.publisher import Publisher
+    from eagle3_top.tracer.serving.publisher import EndpointError, Publisher
     from eagle3_top.tracer.serving.tracer import Tracer
 
-    publisher = Publisher(
-        endpoint_for_rank(endpoint, rank),
-        SourceId.local(rank=rank, engine=engine),
-        allow_remote=os.environ.get(ENV_ALLOW_REMOTE) == "1",
-        curve=curve,
+    where = endpoint_for_rank(endpoint, rank)
+    source = SourceId.local(rank=rank, engine=engine)
+    allow_remote = os.environ.get(ENV_ALLOW_REMOTE) == "1"
+    publisher: Any = None
+    if os.environ.get(ENV_SIDECAR, "1" if sidecar else "0") == "1":
+        from eagle3_top.tracer.serving.ring_publisher import RingPublisher, SidecarError
+
+        try:
+            ring = int(float(os.environ.get(ENV_RING_MB) or 64) * 2**20)
+            publisher = RingPublisher(where, source, allow_remote=allow_remote, curve=curve, ring_bytes=ring)
+        except EndpointError:
+            raise  # the endpoint itself is wrong: an in-process sender could not bind it either
+        except (SidecarError, OSError, ValueError) as exc:
+            log.warning("eagle3-top: %s; the sender runs in this process instead", exc)
+    if publisher is None:
+        publisher = Publisher(where, source, allow_remote=allow_remote, curve=curve)
+    log.info(
+        "eagle3-top: publishing on %s (rank %d%s)",
+        publisher.bound_endpoint,
+        rank,
+        ", sender in a sidecar process" if type(publisher).__name__ == "RingPublisher" else "",
     )
-    log.info("eagle3-top: publishing on %s (rank %d)", publisher.bound_endpoint, rank)
     return Tracer(
         publisher,
         aux_interval_s=float(os.environ.get(ENV_AUX_INTERVAL, "0.2")),

@@ -97,9 +97,32 @@ ab_sizes() {  # TAG PORT VOCAB END(epoch) BS...: each batch size its share of th
       --deadline "$(( now + share ))" 2>&1 | tee -a "$SUM"
   done
 }
+# Host-side checks first (no server): PATH = the sync-debug check of every publish path
+# (check_seal_sync.py) and the serving thread's µs per verify at each hidden in PATH_HIDDEN
+# (bench_serving_path.py --quick); FP = the aux fingerprint's GPU time against the HBM read floor
+# (bench_fingerprint_gpu.py). They are not given a share: they take ~1 - 2 min each.
+phases=""
+for ph in ${PHASES:-L8 WIDE}; do
+  case $ph in
+    PATH)
+      say "PATH: sync-debug check of the publish paths"
+      python3 -m benchmarks.gpu.check_seal_sync --json "$W/seal_sync.json" 2>&1 | tee -a "$SUM"
+      for h in ${PATH_HIDDEN:-4096}; do
+        say "PATH: serving-thread time per verify, hidden $h"
+        python3 -m benchmarks.bench_serving_path --quick --hidden "$h" --json "$W/serving_path_h$h.json" 2>&1 | tee -a "$SUM"
+      done
+      pack ;;
+    FP)
+      say "FP: the aux fingerprint against the read floor"
+      python3 "$B/bench_fingerprint_gpu.py" --json "$W/fingerprint_gpu.json" 2>&1 | tee -a "$SUM" | tail -n 25
+      pack ;;
+    *) phases="$phases $ph" ;;
+  esac
+done
 START_S=${START_S:-150}  # a server's start with CUDA graph capture, at most (the 8B: ~2 min expected)
 P=30100
-set -- ${PHASES:-L8 WIDE}
+# shellcheck disable=SC2086  # the phases are words
+set -- $phases
 left=$#
 for ph in "$@"; do
   now=$(date +%s); end=$(( now + (DEADLINE - 30 - now) / left )); left=$((left - 1))

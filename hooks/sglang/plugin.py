@@ -25,6 +25,8 @@ Environment:
 - ``EAGLE3_TOP_ALLOW_REMOTE=1``: allow a non-loopback bind address.
 - ``EAGLE3_TOP_AUX_INTERVAL``: seconds between aux fingerprints (default 0.2).
 - ``EAGLE3_TOP_FORCE=1``: try on an SGLang version outside the tested range.
+- ``EAGLE3_TOP_SIDECAR=0``: the sender as a thread of the scheduler process instead of a sidecar
+  process fed through shared memory (the default here); ``EAGLE3_TOP_RING_MB``: that ring's size.
 - ``EAGLE3_TOP_PAUSE_FILE``: while this file exists nothing is recorded (checked twice a second).
 - ``EAGLE3_TOP_CURVE_SECRET`` / ``EAGLE3_TOP_CURVE_CLIENTS``: CURVE certificate and admitted clients;
   ``EAGLE3_TOP_CURVE_ANY_CLIENT=1`` instead of the clients: encrypt, admit anyone with the server key.
@@ -366,7 +368,7 @@ def _start(worker: Any) -> Any:
     if _state["tracer"] is not None:  # a second spec worker in one process: share the source
         tracer = _state["tracer"]
     else:
-        tracer = new_tracer(endpoint, global_rank, "sglang", curve, log)
+        tracer = new_tracer(endpoint, global_rank, "sglang", curve, log, sidecar=True)
         _state["publisher"], _state["tracer"] = tracer.publisher, tracer
     from .wiring import wiring_from_worker
 

@@ -189,14 +189,17 @@ def _host_copy(t: Any, numel: int) -> bool:
     return getattr(t, "is_cuda", True) is False and t.numel() == numel
 
 
-def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep, result: Any = None) -> None:
+def release_step(
+    tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep, result: Any = None, publish: bool = True
+) -> None:
     """Publish a held step, without the rows SGLang is about to skip.
 
     Runs before SGLang processes the result, so ``req.finished()`` still says whether the request
     had finished before this verify's tokens: exactly SGLang's own skip test
     (``process_batch_result_decode``). The accept lengths and tokens are SGLang's own host copies of
     them (``result.copy_done`` says when they are there) when it made them; otherwise they are
-    copied now. Host-side flags and attribute reads only.
+    copied now. Host-side flags and attribute reads only. ``publish=False``: judge the rows now,
+    publish later (``publish_held``, once SGLang has waited for ``copy_done`` itself).
     """
     if step.late and result is not None:
         done = getattr(result, "copy_done", None)
@@ -221,6 +224,14 @@ def release_step(tracer: Tracer, scheduler: Any, batch: Any, step: DeferredStep,
         else:
             if reasons.count(None) != len(reasons) or any(map(_RETRACTED, reqs)):
                 step.discard([f is not None or r.is_retracted for f, r in zip(reasons, reqs, strict=True)])
+    if publish:
+        tracer.publish_step(step)
+
+
+def publish_held(tracer: Tracer, step: DeferredStep) -> None:
+    """Publish a step ``release_step`` judged, after SGLang processed its result: SGLang has waited
+    for its own ``copy_done`` by then, so the step's host copies are there and a sidecar's ring takes
+    them at once, from the serving thread, with no thread of ours woken."""
     tracer.publish_step(step)
 
 
@@ -232,6 +243,7 @@ def make_around_process_result(on_call: Callable[[], None] = lambda: None) -> Ca
     def around_process_result(
         original: Callable[..., Any], self: Any, batch: Any, result: Any, *a: Any, **kw: Any
     ) -> Any:
+        held = None
         try:
             on_call()
             held = getattr(result, STEP_ATTR, None)
@@ -239,9 +251,17 @@ def make_around_process_result(on_call: Callable[[], None] = lambda: None) -> Ca
                 setattr(result, STEP_ATTR, None)
                 tracer, step = held
                 if tracer.enabled:
-                    tracer.hook(release_step)(tracer, self, batch, step, result)
+                    tracer.hook(release_step)(tracer, self, batch, step, result, False)
+                else:
+                    held = None
         except Exception:  # never in the server's way; release_step's own errors are counted
-            pass
-        return original(self, batch, result, *a, **kw)
+            held = None
+        out = original(self, batch, result, *a, **kw)
+        if held is not None:
+            try:
+                tracer.hook(publish_held)(tracer, step)
+            except Exception:
+                pass
+        return out
 
     return around_process_result

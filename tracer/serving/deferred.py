@@ -29,16 +29,31 @@ class Deferred:
     def resolve(self) -> Any:
         raise NotImplementedError
 
+    def ready(self) -> bool:
+        """Whether ``resolve()`` would return without waiting for the device."""
+        return True
+
 
 class _Pinned:
     """One pooled pinned buffer, its CUDA event, and its leading views by length (made once: a
     slice costs the serving thread a microsecond or two on a busy host)."""
 
-    __slots__ = ("buf", "event", "_views")
+    __slots__ = ("buf", "event", "_views", "_arrays")
 
     def __init__(self, buf: Any, event: Any) -> None:
         self.buf, self.event = buf, event
         self._views: dict[int, Any] = {}
+        self._arrays: dict[int, Any] = {}
+
+    def array(self, numel: int) -> Any:
+        """The leading ``numel`` elements as a numpy array over the same memory (made once per
+        length: ``Tensor.numpy()`` costs the serving thread a microsecond each time)."""
+        a = self._arrays.get(numel)
+        if a is None:
+            if len(self._arrays) >= 8:
+                self._arrays.clear()
+            a = self._arrays[numel] = self.buf[:numel].numpy()
+        return a
 
     def view(self, numel: int) -> Any:
         v = self._views.get(numel)
@@ -116,7 +131,7 @@ class HostCopy(Deferred):
     was queued on). A copy that is neither refuses to resolve rather than return unfinished data.
     """
 
-    __slots__ = ("_host", "_wait", "_entry", "_key", "_stream")
+    __slots__ = ("_host", "_wait", "_entry", "_key", "_stream", "_numel")
 
     def __init__(self, tensor: Any, record: bool = True) -> None:
         self._stream: Any = None
@@ -144,7 +159,7 @@ class HostCopy(Deferred):
         return self
 
     def _fill(self, shape: tuple[int, ...], dtype: Any, write: Callable[[Any], Any], record: bool) -> None:
-        numel = math.prod(shape)
+        numel = self._numel = math.prod(shape)
         key, entry = PINNED.take(dtype, numel)
         host = entry.view(numel)
         if len(shape) != 1:
@@ -190,6 +205,26 @@ class HostCopy(Deferred):
 
             torch.cuda.current_stream().wait_event(self._wait)
 
+    def ready(self) -> bool:
+        """The copy has landed (a non-blocking query of its event; no host-device sync)."""
+        if self._entry is None:
+            return True
+        return self._wait is not None and event_done(self._wait, once=self._wait is not self._entry.event)
+
+    def peek(self) -> Any:
+        """The host array as it lies in the pinned buffer, flat (no copy): only once ``ready()``,
+        and only until ``release()``."""
+        if self._entry is not None:
+            return self._entry.array(self._numel)
+        return self._host.numpy()
+
+    def release(self) -> None:
+        """Give the pinned buffer back to the pool (after ``peek``'s array has been copied out)."""
+        if self._entry is not None and self._wait is not None:
+            PINNED.give(self._key, self._entry)
+            self._wait = self._entry = None
+            self._host = _Frozen(None)
+
     def resolve(self) -> Any:
         if self._entry is None:
             return self._host.numpy()
@@ -213,6 +248,17 @@ class EngineCopy(Deferred):
 
     def __init__(self, host: Any, ready: Any) -> None:
         self._host, self._ready = host, ready
+
+    def ready(self) -> bool:
+        if self._ready is not None and event_done(self._ready, once=True):
+            self._ready = None
+        return self._ready is None
+
+    def peek(self) -> Any:
+        return self._host.numpy()
+
+    def release(self) -> None:
+        """Nothing to give back: the engine's tensor is dropped with this."""
 
     def resolve(self) -> Any:
         if self._ready is not None:
@@ -238,6 +284,17 @@ def wait_event(event: Any, once: bool = False) -> None:
         delay = min(delay * 2, 1e-3)
     if once:
         _last_done[0] = event
+
+
+def event_done(event: Any, once: bool = False) -> bool:
+    """Whether a CUDA event has completed, without waiting (``once``: as for ``wait_event``)."""
+    if once and event is _last_done[0]:
+        return True
+    if not event.query():
+        return False
+    if once:
+        _last_done[0] = event
+    return True
 
 
 class _Frozen:

@@ -147,40 +147,102 @@ class DeferredStep(Deferred):
         self._keep = [not d for d in rows]
         self.discarded = len(rows) - sum(self._keep)
 
+    def ready(self) -> bool:
+        """Every copy this step needs has landed on the host (a non-blocking look at the events)."""
+        if self._accept_lens is None or self._next is None:
+            return False
+        if not (self._draft.ready() and self._accept_lens.ready() and self._next.ready()):
+            return False
+        return self._retrieve is None or (self._retrieve[0].ready() and self._retrieve[1].ready())
+
+    def host_columns(self) -> StepColumnsOnHost:
+        """The step's host arrays as they lie (pinned or engine buffers, not copied): call once
+        ``ready()``, copy them out, then ``release()``."""
+        if self._accept_lens is None or self._next is None:
+            raise RuntimeError("a step read before its accept lengths were supplied")
+        retrieve = None
+        if self._retrieve is not None and self.topk > 1:
+            retrieve = (self._retrieve[0].peek(), self._retrieve[1].peek())
+        keep = None if self._keep is None else bytes(self._keep)
+        return self._draft.peek(), self._accept_lens.peek(), self._next.peek(), retrieve, keep
+
+    def release(self) -> None:
+        """Give the pinned buffers back once the host columns have been copied out."""
+        self._draft.release()
+        for d in (self._accept_lens, self._next, *(self._retrieve or ())):
+            if isinstance(d, HostCopy):
+                d.release()
+
     def resolve(self) -> dict[str, Any]:
         if self._accept_lens is None or self._next is None:
             raise RuntimeError("a step published before its accept lengths were supplied")
-        draft = self._draft.resolve()
-        bs = len(self._rows)
-        draft = draft.reshape(bs, -1)
-        n = draft.shape[1]
-        accept_lens = np.asarray(self._accept_lens.resolve(), dtype=np.int32).reshape(bs)
-        nxt = self._next.resolve().reshape(bs, n)
-        cols = _COLUMNS.get(n)
-        if cols is None:
-            cols = _COLUMNS[n] = np.arange(n)[None, :]
-        keep = cols < accept_lens[:, None]
-        parents = None
+        retrieve = None
         if self._retrieve is not None and self.topk > 1:
-            parents = parents_from_retrieve(
-                self._retrieve[0].resolve().reshape(bs, n), self._retrieve[1].resolve().reshape(bs, n)
-            )
-        if self._keep is not None:
-            rows = np.flatnonzero(self._keep)
-            draft, accept_lens, nxt = draft[rows], accept_lens[rows], nxt[rows]
-            keep = keep[rows]
-            parents = None if parents is None else parents[rows]
-        return step_body(
+            retrieve = (self._retrieve[0].resolve(), self._retrieve[1].resolve())
+        return step_fields(
             step=self.step,
             rids=self.rids,
-            draft=draft,
-            accept_lens=accept_lens,
-            tokens=nxt[keep],
+            draft=self._draft.resolve(),
+            accept_lens=self._accept_lens.resolve(),
+            next_tokens=self._next.resolve(),
             topk=self.topk,
-            parents=parents,
+            retrieve=retrieve,
+            keep=self._keep,
             dt=self.dt,
             discarded=self.discarded,
         )
+
+
+# draft, accept lengths, committed tokens, tree links (top-k > 1), kept-row flags
+StepColumnsOnHost = tuple[
+    np.ndarray, np.ndarray, np.ndarray, "tuple[np.ndarray, np.ndarray] | None", "bytes | None"
+]
+
+
+def step_fields(
+    *,
+    step: int,
+    rids: Sequence[str],
+    draft: np.ndarray,
+    accept_lens: np.ndarray,
+    next_tokens: np.ndarray,
+    topk: int,
+    retrieve: tuple[np.ndarray, np.ndarray] | None,
+    keep: Sequence[bool] | bytes | None,
+    dt: float,
+    discarded: int,
+) -> dict[str, Any]:
+    """A step body from the engine's host arrays as the verify left them (every row; ``keep``
+    flags the rows to publish, ``rids`` are those rows' only). The sender thread and the sidecar
+    both build the wire's body here."""
+    bs = len(accept_lens)
+    draft = draft.reshape(bs, -1)
+    n = draft.shape[1]
+    accept_lens = np.asarray(accept_lens, dtype=np.int32).reshape(bs)
+    nxt = next_tokens.reshape(bs, n)
+    cols = _COLUMNS.get(n)
+    if cols is None:
+        cols = _COLUMNS[n] = np.arange(n)[None, :]
+    committed = cols < accept_lens[:, None]
+    parents = None
+    if retrieve is not None and topk > 1:
+        parents = parents_from_retrieve(retrieve[0].reshape(bs, n), retrieve[1].reshape(bs, n))
+    if keep is not None:
+        rows = np.flatnonzero(np.frombuffer(bytes(keep), dtype=np.bool_))
+        draft, accept_lens, nxt = draft[rows], accept_lens[rows], nxt[rows]
+        committed = committed[rows]
+        parents = None if parents is None else parents[rows]
+    return step_body(
+        step=step,
+        rids=rids,
+        draft=draft,
+        accept_lens=accept_lens,
+        tokens=nxt[committed],
+        topk=topk,
+        parents=parents,
+        dt=dt,
+        discarded=discarded,
+    )
 
 
 class DeferredProbe(Deferred):

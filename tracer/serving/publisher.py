@@ -80,7 +80,7 @@ class TracerState:
         self.hook_errors = 0
         self.discarded_rows = 0  # step rows the engine threw away and the tracer left out
         self.paused = False  # the tracer is paused (its pause file exists): nothing is recorded
-        self.disabled = False
+        self.disabled: bool = False
         self.last_error: str | None = None
         self.engine_error: str | None = None  # the engine itself failed: it is not serving
         self.started = time.time()  # tells a subscriber a restart under the same source id
@@ -180,13 +180,14 @@ class Publisher(TracerState):
 
     # -- caller side (serving loop) -------------------------------------------------------------
 
-    def publish(self, kind: str, body: Mapping[str, Any] | Deferred) -> bool:
-        """Queue one event; False when it was dropped because the queue is full."""
+    def publish(self, kind: str, body: Mapping[str, Any] | Deferred, ts: float | None = None) -> bool:
+        """Queue one event (``ts``: when it happened, now by default); False when it was dropped
+        because the queue is full."""
         seq = next(self._seq)
         if len(self._queue) >= self.queue_size or self._stop:
             self.dropped += 1
             return False
-        self._queue.append((kind, seq, time.time(), body))
+        self._queue.append((kind, seq, time.time() if ts is None else ts, body))
         # The sender wakes on its own every flush_interval_s; waking it per event would hand the
         # GIL back and forth once per verify step. Only a filling queue calls it early.
         if self._idle and len(self._queue) >= self._wake_depth:
@@ -207,9 +208,19 @@ class Publisher(TracerState):
 
     def set_hello(self, hello: Hello) -> None:
         """Publish a hello now and repeat it periodically so late subscribers catch up."""
-        body = hello.to_body()
-        self.hello, self._hello = hello, body
+        self.hello = hello
+        self.set_hello_body(hello.to_body())
+
+    def set_hello_body(self, body: Mapping[str, Any]) -> None:
+        """``set_hello`` with the body already built (the sidecar gets it so)."""
+        self._hello = body
         self.publish(HELLO, body)
+
+    def skip(self, n: int) -> None:
+        """Leave ``n`` sequence numbers out: events lost before they reached this publisher (the
+        sidecar's ring was full), so a subscriber counts them as missed."""
+        for _ in range(n):
+            next(self._seq)
 
     def health(self) -> Health:
         return Health(

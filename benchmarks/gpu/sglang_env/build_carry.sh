@@ -10,8 +10,9 @@
 # SGLang 0.5.17 is the release whose torch pin (2.11.0) matches the machine's torch; 0.5.18-0.5.21
 # pin 2.13, 0.5.22+ 2.14.1. Needs pip reaching PyPI, unzip and xz; downloads ~480 MB once (cached).
 # What it drops: sglang-kernel's FA3 library (1.1 GB unpacked; serve with --attention-backend triton)
-# and its sm100 / MLA / infllm libraries, and xgrammar's static library: a text-model server on an
-# H200 never loads them.
+# and its sm100 / MLA / infllm libraries, xgrammar's static library, and sglang's multimodal_gen and
+# test packages: a text-model server on an H200 never loads them (the carry and the tree must stay
+# under the device call's 64 MiB).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=build/sglang-h200 extra=build/e3t-extra
@@ -41,6 +42,8 @@ while IFS= read -r spec; do
              "$d"/sgl_kernel/infllm_ops*.so ;;
     xgrammar)       # the static library is for building against xgrammar, not for running it
       rm -f "$d/xgrammar/lib/libxgrammar.a" ;;
+    sglang)         # diffusion serving and SGLang's own test helpers: a text server never imports them
+      rm -rf "$d/sglang/multimodal_gen" "$d/sglang/test" ;;
   esac
   tar -C "$d" -cf - . | xz -9 -T2 > "$out/pk/$norm.tar.xz"
 done < "$here/wheels.txt"
