@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 import numpy as np
+
 from benchmarks.bench_serving_path import Workload
 
 
@@ -43,7 +44,9 @@ def run_path(torch: Any, dev: str, sidecar: bool, plan: list[bool]) -> dict[str,
     from eagle3_top.tracer.serving.tracer import Tracer
 
     w = Workload(torch, dev, 8, 4)
-    pub: Any = RingPublisher("tcp://127.0.0.1:0", SourceId.local(engine="check")) if sidecar else MemoryPublisher()
+    pub: Any = (
+        RingPublisher("tcp://127.0.0.1:0", SourceId.local(engine="check")) if sidecar else MemoryPublisher()
+    )
     sub = None
     if sidecar:
         import time
