@@ -21,12 +21,13 @@ from eagle3_top.tracer.schema import (
     HELLO,
     STEP,
     DraftClaims,
+    Event,
     SourceId,
     encode,
     step_body,
 )
 from eagle3_top.tracer.serving.publisher import Publisher
-from stream_samples import hello
+from stream_samples import hello, step
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 
@@ -167,6 +168,33 @@ def test_accept_length_far_below_the_drafts_own_claims_fails(pub: Publisher) -> 
     assert proc.returncode == 1, out
     assert "ACCEPT_LENGTH_FAR_BELOW_EXPECTED" in out
     assert "expected 3.28 by the draft's own training_metrics.json" in out
+
+
+def test_check_waits_for_the_request_steps_its_accept_length_check_needs() -> None:
+    """With an accept length to expect, the request-steps that comparison needs are part of being
+    done: check keeps watching a busy source until they are in, instead of stopping at --steps and
+    calling the verdict partial for want of steps still streaming in (as it did on a loaded box)."""
+    from eagle3_top.tracer.analysis.check import Enough, Watch, progress_line
+    from eagle3_top.tracer.analysis.thresholds import THRESHOLDS
+    from eagle3_top.tracer.reader.ledger import FrameLedger
+
+    need = THRESHOLDS.min_request_steps
+    claims = DraftClaims(acc=[0.6, 0.5, 0.4], simulated_acc_len=1.5, source="training_metrics.json")
+    for h, expects in ((hello(claims), True), (hello(), False)):
+        w, src, now = Watch(Enough(steps=5, min_steps=5)), "box:1:r0", 1000.0
+        assert not w.fold([Event(HELLO, src, 0, now, h.to_body())], now)
+        i = 0
+        while not w.fold([Event(STEP, src, i + 1, now, step(i, batch=8))], now):
+            i += 1
+            assert i < 1000, "never done"
+        seen = w.book.sources[src].acceptance.request_steps
+        if expects:  # done the very step the request-steps were in, not at the 5 steps asked for
+            assert need <= seen < need + 8, seen
+            assert f"{need}/{need} request-steps" in progress_line(w.book, w.enough, 1.0, 30)
+        else:  # nothing to compare acceptance with: --steps is enough
+            assert i + 1 == 5 and seen == 40
+        result = w.result(FrameLedger(), 1.0, "")
+        assert result.verdict == "ok" and result.reports[0].complete, result.reports[0].missing
 
 
 def test_progress_goes_to_a_terminal_and_nowhere_else(pub: Publisher) -> None:

@@ -35,7 +35,8 @@ PROG = "eagle3-top check"
 EPILOG = """\
 exit codes:
   0  every source showed its hello and --min-steps verify steps (and, with --manifest, enough aux
-     rows), and no error finding
+     rows; with an accept length to expect, from --manifest or the draft's own metrics, enough
+     request-steps to compare it: check waits for them), and no error finding
   1  an error finding, an engine that crashed among them
   2  usage, input or connection problems: nothing was heard (one line on stderr)
   3  partial evidence: no error seen, but a source showed too little (idle, gone, unreadable
