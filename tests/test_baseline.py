@@ -286,4 +286,8 @@ def test_a_recorded_run_of_the_engine_without_speculation_is_a_baseline_and_rais
     assert "without speculation (x" not in text.stdout  # no speed-up of a baseline over itself
 
     b = baseline_from_recording(str(base))
-    assert 8 * 40 < b.tok_s < 8 * 110 and b.mean_batch == pytest.approx(8.0, abs=0.5)
+    # the rate is what the recording holds (one token per row per step, over its span), and never
+    # past the engine's pace cap; how far under the cap depends on the box's load, so no floor
+    assert b.mean_batch == pytest.approx(8.0, abs=0.5) and b.steps >= 100
+    assert b.tok_s == pytest.approx(b.steps * b.mean_batch / b.span_s, rel=0.05)
+    assert b.tok_s < 8 * 110

@@ -142,3 +142,14 @@ def test_the_ring_carries_a_records_bytes_unchanged(ring: Ring) -> None:
     assert body == step.resolve()
     assert np.frombuffer(body["draft"], "<i4").std() > 0  # real values, not a zero buffer
     assert msgpack.packb(body)  # and the body packs as the sender would
+
+
+def test_a_ring_that_cannot_be_had_is_one_line_not_a_sigbus_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    import eagle3_top.tracer.serving.ring as ring_mod
+
+    def no_room(fd: int, offset: int, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ring_mod.os, "posix_fallocate", no_room)
+    with pytest.raises(OSError, match=r"no room for the tracer's 1 MiB ring \(.*No space left on device"):
+        Ring.create(1 << 20)

@@ -51,10 +51,9 @@ class RingError(RuntimeError):
     """The ring's bytes are not what a producer of ours writes (one line)."""
 
 
-def _shm_dir() -> str:
-    return (
-        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    )
+def _dirs() -> list[str]:
+    shm = ["/dev/shm"] if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else []
+    return [*shm, tempfile.gettempdir()]
 
 
 class Ring:
@@ -71,18 +70,29 @@ class Ring:
 
     @classmethod
     def create(cls, capacity: int) -> Ring:
+        """A new ring, its file already unlinked. Its pages are reserved here: a sparse file on a
+        full ``/dev/shm`` (a container's is 64 MB by default) would kill the serving process with
+        SIGBUS at the first write to a page that cannot be had. Where ``/dev/shm`` cannot hold it,
+        the temporary directory does (page cache); OSError where neither can."""
         capacity = max(ALIGN * 64, capacity - capacity % ALIGN)
-        fd, path = tempfile.mkstemp(prefix="eagle3-top-ring-", dir=_shm_dir())
-        try:
-            os.unlink(path)
-            os.ftruncate(fd, HEADER + capacity)
-            ring = cls(fd, HEADER + capacity)
-        except BaseException:
-            os.close(fd)
-            raise
-        _U64.pack_into(ring.buf, _CAP, capacity)
-        _U64.pack_into(ring.buf, _MAGIC, MAGIC)
-        return ring
+        why = ""
+        for where in _dirs():
+            fd, path = tempfile.mkstemp(prefix="eagle3-top-ring-", dir=where)
+            try:
+                os.unlink(path)
+                os.posix_fallocate(fd, 0, HEADER + capacity)
+                ring = cls(fd, HEADER + capacity)
+            except OSError as exc:
+                os.close(fd)
+                why += f"{where}: {exc.strerror or exc}; "
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            _U64.pack_into(ring.buf, _CAP, capacity)
+            _U64.pack_into(ring.buf, _MAGIC, MAGIC)
+            return ring
+        raise OSError(f"no room for the tracer's {capacity >> 20} MiB ring ({why.rstrip('; ')})")
 
     @classmethod
     def attach(cls, fd: int) -> Ring:
