@@ -136,7 +136,7 @@ CHILD = textwrap.dedent(
     sys.stdin.readline()
     tracer = Tracer(pub)
     g = torch.Generator().manual_seed(5)
-    for i in range(20):
+    for i in range(24):  # three whole batches: every step is in the ring before the kill
         tracer.publish_step(tracer.make_step(["a", "b"], torch.randint(5, 900, (8,), generator=g),
                             torch.tensor([2, 3], dtype=torch.int32), torch.randint(5, 900, (8,), generator=g)))
     os.kill(os.getpid(), signal.SIGKILL)  # no close, no atexit: a server killed outright
@@ -164,7 +164,7 @@ def test_the_sidecar_publishes_what_was_written_and_ends_when_its_server_is_kill
     child.stdin.flush()
     got = collect(sub, lambda got: any(e.body.get("final") for e in _of(got, "health")))
     assert child.wait(PATIENCE_S) == -signal.SIGKILL
-    assert len(_of(got, "step")) == 20  # written before the kill, published after it
+    assert len(_of(got, "step")) == 24  # written before the kill, published after it
     assert _of(got, "health")[-1].body["final"] is True
     poll_until(lambda: _gone(int(sidecar)), "the sidecar to end with its server")
     sub.close()
