@@ -107,7 +107,7 @@ for ph in ${PHASES:-L8 WIDE}; do
     PATH)
       say "PATH: sync-debug check of the publish paths"
       python3 -m benchmarks.gpu.check_seal_sync --json "$W/seal_sync.json" 2>&1 | tee -a "$SUM"
-      for h in ${PATH_HIDDEN:-4096}; do
+      for h in ${PATH_HIDDEN-4096}; do  # PATH_HIDDEN="": the sync-debug check alone
         say "PATH: serving-thread time per verify, hidden $h"
         python3 -m benchmarks.bench_serving_path --quick --hidden "$h" --json "$W/serving_path_h$h.json" 2>&1 | tee -a "$SUM"
       done
@@ -129,7 +129,7 @@ for ph in "$@"; do
   if [ $(( end - now )) -lt $(( 60 + 30 )) ]; then say "$ph skipped: out of time ($(( end - now )) s in its share)"; continue; fi
   P=$((P + 1))
   case $ph in
-    L8) tag=llama8b; vocab=128256; sizes="1 16 64"; mem=${MEM_FRAC:-0.6}; td=/tmp/shapes/llama8b ;;
+    L8) tag=llama8b; vocab=128256; sizes="${L8_SIZES:-1 16 64}"; mem=${MEM_FRAC:-0.6}; td=/tmp/shapes/llama8b ;;
     WIDE) tag=kimi-wide; vocab=163840; sizes="64 1"; mem=${MEM_FRAC:-0.6}; td=/tmp/shapes/kimi-wide ;;
     TINY) tag=tiny; vocab=905; sizes="1 16 64"; mem=0.12; td=/tmp/mt
       python3 "$C/mkmodels.py" /tmp/mt tied > /dev/null || { say "TINY: mkmodels.py failed"; continue; } ;;
