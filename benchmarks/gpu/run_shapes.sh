@@ -131,7 +131,7 @@ for ph in "$@"; do
   case $ph in
     L8) tag=llama8b; vocab=128256; sizes="${L8_SIZES:-1 16 64}"; mem=${MEM_FRAC:-0.6}; td=/tmp/shapes/llama8b ;;
     WIDE) tag=kimi-wide; vocab=163840; sizes="64 1"; mem=${MEM_FRAC:-0.6}; td=/tmp/shapes/kimi-wide ;;
-    TINY) tag=tiny; vocab=905; sizes="1 16 64"; mem=0.12; td=/tmp/mt
+    TINY) tag=tiny; vocab=905; sizes="${TINY_SIZES:-1 16 64}"; mem=0.12; td=/tmp/mt
       python3 "$C/mkmodels.py" /tmp/mt tied > /dev/null || { say "TINY: mkmodels.py failed"; continue; } ;;
     *) say "unknown phase $ph"; continue ;;
   esac
