@@ -33,17 +33,60 @@ class Deferred:
         """Whether ``resolve()`` would return without waiting for the device."""
         return True
 
+    def span(self) -> Span:
+        """The host bytes as they lie, for a ``memmove`` out (``array_span``); only once ``ready()``.
+        Host copies override it to hand out their buffers without a numpy object."""
+        return array_span(self.resolve())
+
+
+# (address, byte count, element count, numpy type char as int, the object that owns the bytes):
+# what the ring's step record copies from, with no numpy object made per column per step
+Span = tuple[int, int, int, int, Any]
+_TYPES: dict[Any, tuple[int, int]] = {}  # torch dtype -> (numpy type char, item size): a handful
+
+
+def array_span(a: Any) -> Span:
+    """A numpy array's span (a contiguous copy first where it is not)."""
+    import numpy as np
+
+    a = np.ascontiguousarray(a)
+    return a.__array_interface__["data"][0], a.nbytes, a.size, ord(a.dtype.char), a
+
+
+def tensor_span(t: Any) -> Span:
+    """A host tensor's span, read from the tensor itself: ``Tensor.numpy()`` makes a numpy object
+    (about a microsecond on the cold serving thread) and SGLang's host copies are new each step."""
+    types = _TYPES.get(t.dtype)
+    if types is None:
+        a = t.reshape(-1)[:0].numpy()  # once per dtype: the char numpy would give the column
+        types = _TYPES[t.dtype] = (ord(a.dtype.char), a.dtype.itemsize)
+    if not t.is_contiguous():
+        return array_span(t.numpy())
+    count = t.numel()
+    return t.data_ptr(), count * types[1], count, types[0], t
+
 
 class _Pinned:
     """One pooled pinned buffer, its CUDA event, and its leading views by length (made once: a
     slice costs the serving thread a microsecond or two on a busy host)."""
 
-    __slots__ = ("buf", "event", "_views", "_arrays")
+    __slots__ = ("buf", "event", "_views", "_arrays", "_spans")
 
     def __init__(self, buf: Any, event: Any) -> None:
         self.buf, self.event = buf, event
         self._views: dict[int, Any] = {}
         self._arrays: dict[int, Any] = {}
+        self._spans: dict[int, Span] = {}
+
+    def span(self, numel: int) -> Span:
+        """The leading ``numel`` elements' span (made once per length, like ``array``)."""
+        s = self._spans.get(numel)
+        if s is None:
+            if len(self._spans) >= 8:
+                self._spans.clear()
+            addr, _, _, char, _ = tensor_span(self.buf)
+            s = self._spans[numel] = (addr, numel * self.buf.element_size(), numel, char, self.buf)
+        return s
 
     def array(self, numel: int) -> Any:
         """The leading ``numel`` elements as a numpy array over the same memory (made once per
@@ -218,6 +261,13 @@ class HostCopy(Deferred):
             return self._entry.array(self._numel)
         return self._host.numpy()
 
+    def span(self) -> Span:
+        """``peek``'s bytes as a span, without a numpy object (same conditions)."""
+        if self._entry is not None:
+            return self._entry.span(self._numel)
+        host = self._host
+        return array_span(host.numpy()) if isinstance(host, _Frozen) else tensor_span(host)
+
     def release(self) -> None:
         """Give the pinned buffer back to the pool (after ``peek``'s array has been copied out)."""
         if self._entry is not None and self._wait is not None:
@@ -256,6 +306,9 @@ class EngineCopy(Deferred):
 
     def peek(self) -> Any:
         return self._host.numpy()
+
+    def span(self) -> Span:
+        return tensor_span(self._host)
 
     def release(self) -> None:
         """Nothing to give back: the engine's tensor is dropped with this."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from eagle3_top.tracer.schema import aux_body, probe_body, step_body
-from eagle3_top.tracer.serving.deferred import Deferred, HostCopy
+from eagle3_top.tracer.serving.deferred import Deferred, HostCopy, Span
 from eagle3_top.tracer.serving.fingerprint import PendingFingerprint, SnapshotFingerprint
 
 _RID = operator.attrgetter("rid")
@@ -166,6 +166,28 @@ class DeferredStep(Deferred):
         keep = None if self._keep is None else bytes(self._keep)
         return self._draft.peek(), self._accept_lens.peek(), self._next.peek(), retrieve, keep
 
+    def host_spans(self) -> StepSpansOnHost:
+        """``host_columns`` as spans (address, sizes, type char: ``deferred.Span``), for the ring's
+        ``memmove``s: no numpy object per column per step on the serving thread."""
+        if self._accept_lens is None or self._next is None:
+            raise RuntimeError("a step read before its accept lengths were supplied")
+        retrieve = None
+        if self._retrieve is not None and self.topk > 1:
+            retrieve = (self._retrieve[0].span(), self._retrieve[1].span())
+        keep = None if self._keep is None else bytes(self._keep)
+        return self._draft.span(), self._accept_lens.span(), self._next.span(), retrieve, keep
+
+    def rid_text(self) -> tuple[str, int]:
+        """The published rows' rids joined by NUL, and how many there are: with no row discarded,
+        joined straight from the rows (no list of rids in between)."""
+        if self._keep is not None:
+            rids = self.rids
+            return "\0".join(rids), len(rids)
+        rows = self._rows
+        if rows and isinstance(rows[0], str):
+            return "\0".join(rows), len(rows)
+        return "\0".join(map(str, map(_RID, rows))), len(rows)
+
     def release(self) -> None:
         """Give the pinned buffers back once the host columns have been copied out."""
         self._draft.release()
@@ -197,6 +219,8 @@ class DeferredStep(Deferred):
 StepColumnsOnHost = tuple[
     np.ndarray, np.ndarray, np.ndarray, "tuple[np.ndarray, np.ndarray] | None", "bytes | None"
 ]
+# the same as spans (``host_spans``)
+StepSpansOnHost = tuple[Span, Span, Span, "tuple[Span, Span] | None", "bytes | None"]
 
 
 def step_fields(

@@ -18,12 +18,13 @@ descriptor, so nothing is left behind when either process dies.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import struct
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 MAGIC = 0x31474E4952543345  # b"E3TRING1" little-endian
@@ -64,6 +65,10 @@ class Ring:
         self.fd = fd
         self._map = mmap.mmap(fd, size)
         self.buf = memoryview(self._map)
+        # the mapping's address, for ``memmove``s straight into it (step records); this export
+        # blocks ``mmap.close()`` until ``close`` drops it
+        self._anchor: ctypes.c_char | None = ctypes.c_char.from_buffer(self._map)
+        self.base = ctypes.addressof(self._anchor)
         self.capacity = size - HEADER
         self._lock = threading.Lock()  # producers of one process (the serving and aux threads)
         self._lost = 0  # records dropped since the last one written (this process's side)
@@ -105,6 +110,7 @@ class Ring:
         return ring
 
     def close(self) -> None:
+        self._anchor = None
         try:
             self.buf.release()
             self._map.close()
@@ -181,6 +187,26 @@ class Ring:
         size = 0
         for p in parts:
             size += p.nbytes if isinstance(p, memoryview) else len(p)
+
+        def fill(buf: Any, base: int, at: int) -> None:
+            for p in parts:
+                n = p.nbytes if isinstance(p, memoryview) else len(p)
+                buf[at : at + n] = p
+                at += n
+
+        return self.try_write_with(kind, size, fill)
+
+    def write_with(self, kind: int, size: int, fill: Callable[[Any, int, int], None]) -> bool:
+        """``write`` of a payload of ``size`` bytes that ``fill(buf, base, at)`` writes in place at
+        ``buf[at:]`` (memory address ``base + at``): no parts made first. Counted when dropped."""
+        if self.try_write_with(kind, size, fill):
+            return True
+        self.count_dropped()
+        return False
+
+    def try_write_with(self, kind: int, size: int, fill: Callable[[Any, int, int], None]) -> bool:
+        """``write_with`` that counts nothing when the record does not fit. ``fill`` writes exactly
+        ``size`` bytes; if it raises, nothing is published."""
         total = (REC.size + size + ALIGN - 1) & ~(ALIGN - 1)
         buf, cap = self.buf, self.capacity
         with self._lock:
@@ -190,16 +216,12 @@ class Ring:
             need = total + rest if total > rest else total
             if need > cap - (wp - _U64.unpack_from(buf, _READ)[0]):
                 return False
-            lost, self._lost = self._lost, 0
             if total > rest:  # pad to the end, start over at 0
                 REC.pack_into(buf, HEADER + off, rest, 0, PAD, 0, 0)
                 wp += rest
                 off = 0
-            at = HEADER + off + REC.size
-            for p in parts:
-                n = p.nbytes if isinstance(p, memoryview) else len(p)
-                buf[at : at + n] = p
-                at += n
+            fill(buf, self.base, HEADER + off + REC.size)
+            lost, self._lost = self._lost, 0
             REC.pack_into(buf, HEADER + off, total, size, kind, 0, min(lost, 0xFFFFFFFF))
             # the record is whole before the consumer may see it
             _U64.pack_into(buf, _WRITE, wp + total)

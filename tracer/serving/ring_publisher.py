@@ -41,7 +41,7 @@ from eagle3_top.tracer.serving.ring import (
     STEP_RECORD,
     Ring,
 )
-from eagle3_top.tracer.serving.step_record import step_parts
+from eagle3_top.tracer.serving.step_record import step_parts, step_record
 
 if TYPE_CHECKING:
     from eagle3_top.tracer.transport.curve import CurveServer
@@ -254,7 +254,7 @@ class RingPublisher(TracerState):
                 held, self._held = self._held, []
             for step, ts in held:
                 try:
-                    self.ring.write(STEP_RECORD, step_parts(step, ts))
+                    self.ring.write_with(STEP_RECORD, *step_record(step, ts))
                 except Exception as exc:
                     self.ring.count_dropped()
                     self.last_error = f"step: {type(exc).__name__}: {exc}"[:300]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
+from ctypes import addressof, c_char, memmove
 from typing import Any
 
 import msgpack
@@ -23,48 +25,82 @@ from eagle3_top.tracer.serving.pending import DeferredStep, step_fields
 # 0 = none), has keep flags, rid encoding (0: NUL-joined UTF-8, 1: msgpack list)
 HEAD = struct.Struct("<qddIIIIHBBBBBB")
 _JOINED, _PACKED = 0, 1
+# the header and the rids (and keep flags) after it, by their byte count: one ``pack_into`` writes
+# both, a ctypes call fewer per record (rids of one server have a handful of lengths)
+_HEAD_AND: dict[int, struct.Struct] = {}
 
 
-def _c(a: Any) -> memoryview:
-    return np.ascontiguousarray(a).data.cast("B")
+def _head_and(n: int) -> struct.Struct:
+    s = _HEAD_AND.get(n)
+    if s is None:
+        if len(_HEAD_AND) >= 256:
+            _HEAD_AND.clear()
+        s = _HEAD_AND[n] = struct.Struct(f"{HEAD.format}{n}s")
+    return s
 
 
-def step_parts(step: DeferredStep, ts: float | None = None) -> list[Any]:
-    """The record's payload, as parts to lay end to end (views over the host arrays: write them
-    before ``step.release()``). Call once ``step.ready()``."""
-    draft, acc, nxt, retrieve, keep = step.host_columns()
-    rids = step.rids
-    text = "\0".join(rids)
-    if text.count("\0") == len(rids) - 1 or not rids:
+# fills a record's payload: (the ring's buffer, its base address, the payload's offset in it)
+Fill = Callable[[Any, int, int], None]
+
+
+def step_record(step: DeferredStep, ts: float | None = None) -> tuple[int, Fill]:
+    """The record's payload size, and what writes it: the header packed in place, then each part
+    ``memmove``d from where it lies (the host copies' memory, read before ``step.release()``).
+    Call once ``step.ready()``. Per part no numpy object, no memoryview, no slice: this runs on the
+    serving thread, whose caches are cold between steps, where each Python object costs."""
+    draft, acc, nxt, retrieve, keep = step.host_spans()
+    text, count = step.rid_text()
+    if not count or text.count("\0") == count - 1:
         blob, enc = text.encode("utf-8", "surrogatepass"), _JOINED
     else:  # a rid holding NUL itself: rare enough to pay for msgpack
-        blob, enc = msgpack.packb(rids, use_bin_type=True), _PACKED
-    bs = len(acc)
-    n = draft.size // max(bs, 1)
-    ret_char = 0 if retrieve is None else ord(retrieve[0].dtype.char)
-    head = HEAD.pack(
+        blob, enc = msgpack.packb(step.rids, use_bin_type=True), _PACKED
+    if keep is not None:
+        blob += keep  # the flags follow the rids: one copy for both
+    bs = acc[2]
+    cols = (draft, acc, nxt) if retrieve is None else (draft, acc, nxt, *retrieve)
+    size = HEAD.size + len(blob)
+    for c in cols:
+        size += c[1]
+    head = (
         step.step,
         time.time() if ts is None else ts,
         step.dt,
         bs,
-        n,
+        draft[2] // max(bs, 1),
         step.discarded,
-        len(blob),
+        len(blob) - (0 if keep is None else len(keep)),
         step.topk,
-        ord(draft.dtype.char),
-        ord(acc.dtype.char),
-        ord(nxt.dtype.char),
-        ret_char,
+        draft[3],
+        acc[3],
+        nxt[3],
+        0 if retrieve is None else retrieve[0][3],
         keep is not None,
         enc,
     )
-    parts: list[Any] = [head, blob]
-    if keep is not None:
-        parts.append(keep)
-    parts += [_c(draft), _c(acc), _c(nxt)]
-    if retrieve is not None:
-        parts += [_c(retrieve[0]), _c(retrieve[1])]
-    return parts
+
+    packer = _head_and(len(blob))
+
+    def fill(buf: Any, base: int, at: int) -> None:
+        packer.pack_into(buf, at, *head, blob)
+        at += packer.size
+        for addr, nbytes, _, _, _ in cols:
+            memmove(base + at, addr, nbytes)
+            at += nbytes
+
+    return size, fill
+
+
+def step_parts(step: DeferredStep, ts: float | None = None) -> list[Any]:
+    """The record's payload in memory, as ``Ring.try_write``'s parts (the aux thread's path, and
+    tests): the very bytes ``step_record``'s fill writes into the ring."""
+    size, fill = step_record(step, ts)
+    out = bytearray(size)
+    anchor = c_char.from_buffer(out)
+    try:
+        fill(out, addressof(anchor), 0)
+    finally:
+        del anchor  # the export would keep ``out`` from being resized or freed early
+    return [bytes(out)]
 
 
 class RecordError(ValueError):
@@ -72,7 +108,7 @@ class RecordError(ValueError):
 
 
 def step_from_record(payload: bytes) -> tuple[float, dict[str, Any]]:
-    """(ts, the wire's step body) from a record ``step_parts`` wrote."""
+    """(ts, the wire's step body) from a record ``step_record`` wrote."""
     if len(payload) < HEAD.size:
         raise RecordError(f"step record of {len(payload)} bytes, shorter than its header")
     step, ts, dt, bs, n, discarded, rid_len, topk, dc, ac, nc, rc, has_keep, enc = HEAD.unpack_from(payload)
