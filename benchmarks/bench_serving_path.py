@@ -21,7 +21,8 @@ Each for a step alone and for a step with an aux fingerprint (``aux_interval_s =
 (4096, Llama-3.1-8B's; 7168 for Kimi K2's) x 3 slots; median and p99 over every step timed. Between rounds, untimed, the recorded events are resolved as the sender thread would.
 
 Then a scheduler-like loop (~1 ms of small device work per iteration, then both hooks):
-iterations per second with the tracer off, with the hooks on and the sender idle, with a real
+iterations per second with the tracer off (our wrappers in place, no tracer: the smallest hook that
+does nothing), with no wrapper at all (``bare``: the floor), with the hooks on and the sender idle, with a real
 ``Publisher``'s sender busy (a subscriber process draining it), and with the sender in a sidecar
 process (``RingPublisher``), rotating round by round, so the hooks' own cost and the sender
 thread's share of the GIL show apart.
@@ -450,11 +451,15 @@ def scheduler_loop(
             t1 = time.perf_counter()
             work()
             w._r = w.result()  # type: ignore[attr-defined]
-            res = av(verify, None, w.batch)
+            bare = arm[0] == "bare"  # no wrapper at all: what "off" (the hooks, no tracer) costs
+            res = verify(None, w.batch) if bare else av(verify, None, w.batch)
             w.sglang_copy(res)
             if dev == "cuda":
                 res.copy_done.synchronize()  # as SGLang's result processing does
-            ap(process, w.scheduler, w.batch, res)
+            if bare:
+                process(w.scheduler, w.batch, res)
+            else:
+                ap(process, w.scheduler, w.batch, res)
             k += 1
             busy += time.perf_counter() - t1
             if arm[0] == "hooks" and k % 50 == 0:  # the idle sender's work, outside the timed part
@@ -464,7 +469,7 @@ def scheduler_loop(
                 mem.events.clear()
         return k / busy
 
-    arms: tuple[str, ...] = ("off", "hooks", "busy20", "busy", "ring")
+    arms: tuple[str, ...] = ("off", "bare", "hooks", "busy20", "busy", "ring")
     if split:
         arms += ("encode_no_send", "resolve_only")
     arm[0] = "busy"
@@ -507,7 +512,7 @@ def scheduler_loop(
     )
     print(
         f"scheduler-like loop, batch {bs} x {n}, ~1 ms of device work per iteration, {rounds} rounds: "
-        f"off {res['it_per_s_off']:.0f} it/s; hooks on, sender idle "
+        f"off {res['it_per_s_off']:.0f} it/s; no wrapper at all {res['ratio_bare_over_off']:.4f}; hooks on, sender idle "
         f"{res['ratio_hooks_over_off']:.4f}; sender busy {res['ratio_busy20_over_off']:.4f} (waking every "
         f"20 ms), {res['ratio_busy_over_off']:.4f} (every 100 ms); sender in a sidecar process "
         f"{res['ratio_ring_over_off']:.4f}; sent {res['sent']}, received "

@@ -56,6 +56,8 @@ def array_span(a: Any) -> Span:
 def tensor_span(t: Any) -> Span:
     """A host tensor's span, read from the tensor itself: ``Tensor.numpy()`` makes a numpy object
     (about a microsecond on the cold serving thread) and SGLang's host copies are new each step."""
+    if t.is_cuda:  # a device address handed to memmove would take the serving process down
+        raise ValueError("a step column still on the device reached the ring")
     types = _TYPES.get(t.dtype)
     if types is None:
         a = t.reshape(-1)[:0].numpy()  # once per dtype: the char numpy would give the column
