@@ -7,6 +7,9 @@
 # Writes build/sglang-h200 (pk/*.tar.xz, one per package of wheels.txt, ~57 MiB, plus setup.sh and
 # mkmodels.py) and build/e3t-extra (msgpack, mcap, zstandard, lz4 wheels); both are git-ignored. Then, in one device call
 # carrying build/sglang-h200 and build/e3t-extra: bash benchmarks/gpu/run_gpu.sh
+# E3T_EXTRA=min: build/e3t-extra holds the msgpack wheel only (what the server-side scripts need,
+# run_shapes.sh included): the carry and the working tree must stay under the call's 64 MiB, and
+# with mcap, zstandard and lz4 (--once, relay: run_tp_dp.sh) they do not.
 # SGLang 0.5.17 is the release whose torch pin (2.11.0) matches the machine's torch; 0.5.18-0.5.21
 # pin 2.13, 0.5.22+ 2.14.1. Needs pip reaching PyPI, unzip and xz; downloads ~480 MB once (cached).
 # What it drops: sglang-kernel's FA3 library (1.1 GB unpacked; serve with --attention-backend triton)
@@ -29,6 +32,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 # shellcheck disable=SC2086
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   $plat -d "$extra" "msgpack>=1.0" "mcap>=1.6" "zstandard>=0.20" "lz4>=4"
+[ "${E3T_EXTRA:-full}" = min ] && find "$extra" -name '*.whl' ! -name 'msgpack-*' -delete
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 while IFS= read -r spec; do
   [[ -z $spec || $spec == \#* ]] && continue
