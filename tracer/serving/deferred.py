@@ -72,12 +72,11 @@ class _Pinned:
     """One pooled pinned buffer, its CUDA event, and its leading views by length (made once: a
     slice costs the serving thread a microsecond or two on a busy host)."""
 
-    __slots__ = ("buf", "event", "_views", "_arrays", "_spans")
+    __slots__ = ("buf", "event", "_views", "_spans")
 
     def __init__(self, buf: Any, event: Any) -> None:
         self.buf, self.event = buf, event
         self._views: dict[int, Any] = {}
-        self._arrays: dict[int, Any] = {}
         self._spans: dict[int, Span] = {}
 
     def span(self, numel: int) -> Span:
@@ -89,16 +88,6 @@ class _Pinned:
             addr, _, _, char, _ = tensor_span(self.buf)
             s = self._spans[numel] = (addr, numel * self.buf.element_size(), numel, char, self.buf)
         return s
-
-    def array(self, numel: int) -> Any:
-        """The leading ``numel`` elements as a numpy array over the same memory (made once per
-        length: ``Tensor.numpy()`` costs the serving thread a microsecond each time)."""
-        a = self._arrays.get(numel)
-        if a is None:
-            if len(self._arrays) >= 8:
-                self._arrays.clear()
-            a = self._arrays[numel] = self.buf[:numel].numpy()
-        return a
 
     def view(self, numel: int) -> Any:
         v = self._views.get(numel)
@@ -256,22 +245,16 @@ class HostCopy(Deferred):
             return True
         return self._wait is not None and event_done(self._wait, once=self._wait is not self._entry.event)
 
-    def peek(self) -> Any:
-        """The host array as it lies in the pinned buffer, flat (no copy): only once ``ready()``,
-        and only until ``release()``."""
-        if self._entry is not None:
-            return self._entry.array(self._numel)
-        return self._host.numpy()
-
     def span(self) -> Span:
-        """``peek``'s bytes as a span, without a numpy object (same conditions)."""
+        """The host bytes as they lie in the pinned buffer, flat (no copy, no numpy object): only
+        once ``ready()``, and only until ``release()``."""
         if self._entry is not None:
             return self._entry.span(self._numel)
         host = self._host
         return array_span(host.numpy()) if isinstance(host, _Frozen) else tensor_span(host)
 
     def release(self) -> None:
-        """Give the pinned buffer back to the pool (after ``peek``'s array has been copied out)."""
+        """Give the pinned buffer back to the pool (after ``span``'s bytes have been copied out)."""
         if self._entry is not None and self._wait is not None:
             PINNED.give(self._key, self._entry)
             self._wait = self._entry = None
@@ -306,9 +289,6 @@ class EngineCopy(Deferred):
             self._ready = None
         return self._ready is None
 
-    def peek(self) -> Any:
-        return self._host.numpy()
-
     def span(self) -> Span:
         return tensor_span(self._host)
 
@@ -331,14 +311,10 @@ def wait_event(event: Any, once: bool = False) -> None:
     waits on the device through us, and no CPU core spins. ``once``: an engine's event that is never
     recorded again (SGLang's ``copy_done``, one per step, shared by a step's copies): queried once
     for all of them. Never for our pooled events, which are recorded again for the next copy."""
-    if once and event is _last_done[0]:
-        return
     delay = 5e-5
-    while not event.query():
+    while not event_done(event, once):
         time.sleep(delay)
         delay = min(delay * 2, 1e-3)
-    if once:
-        _last_done[0] = event
 
 
 def event_done(event: Any, once: bool = False) -> bool:

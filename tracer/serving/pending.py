@@ -155,20 +155,11 @@ class DeferredStep(Deferred):
             return False
         return self._retrieve is None or (self._retrieve[0].ready() and self._retrieve[1].ready())
 
-    def host_columns(self) -> StepColumnsOnHost:
-        """The step's host arrays as they lie (pinned or engine buffers, not copied): call once
-        ``ready()``, copy them out, then ``release()``."""
-        if self._accept_lens is None or self._next is None:
-            raise RuntimeError("a step read before its accept lengths were supplied")
-        retrieve = None
-        if self._retrieve is not None and self.topk > 1:
-            retrieve = (self._retrieve[0].peek(), self._retrieve[1].peek())
-        keep = None if self._keep is None else bytes(self._keep)
-        return self._draft.peek(), self._accept_lens.peek(), self._next.peek(), retrieve, keep
-
     def host_spans(self) -> StepSpansOnHost:
-        """``host_columns`` as spans (address, sizes, type char: ``deferred.Span``), for the ring's
-        ``memmove``s: no numpy object per column per step on the serving thread."""
+        """The step's host columns as they lie (pinned or engine buffers, not copied), as spans
+        (address, sizes, type char: ``deferred.Span``) for the ring's ``memmove``s: no numpy object
+        per column per step on the serving thread. Call once ``ready()``, copy them out, then
+        ``release()``."""
         if self._accept_lens is None or self._next is None:
             raise RuntimeError("a step read before its accept lengths were supplied")
         retrieve = None
@@ -215,11 +206,7 @@ class DeferredStep(Deferred):
         )
 
 
-# draft, accept lengths, committed tokens, tree links (top-k > 1), kept-row flags
-StepColumnsOnHost = tuple[
-    np.ndarray, np.ndarray, np.ndarray, "tuple[np.ndarray, np.ndarray] | None", "bytes | None"
-]
-# the same as spans (``host_spans``)
+# draft, accept lengths, committed tokens, tree links (top-k > 1) as spans; kept-row flags
 StepSpansOnHost = tuple[Span, Span, Span, "tuple[Span, Span] | None", "bytes | None"]
 
 

@@ -203,11 +203,11 @@ class RingPublisher(TracerState):
             self._state(now=False)  # engine_error is sent by the wake() that follows it
 
     def _state(self, now: bool) -> None:
-        self._state_n = getattr(self, "_state_n", 0) + 1
+        self._state_n += 1
         body = {
             "n": self._state_n,
-            "last_error": getattr(self, "last_error", None),
-            "engine_error": getattr(self, "engine_error", None),
+            "last_error": self.last_error,
+            "engine_error": self.engine_error,
             "now": now,
         }
         self.ring.try_write(STATE_RECORD, [msgpack.packb(body)])
