@@ -48,6 +48,11 @@ _U64 = struct.Struct("<Q")
 _F64 = struct.Struct("<d")
 
 
+def payload_size(parts: Sequence[Any]) -> int:
+    """The bytes of ``parts`` laid end to end (a memoryview counts its bytes, not its items)."""
+    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+
+
 class RingError(RuntimeError):
     """The ring's bytes are not what a producer of ours writes (one line)."""
 
@@ -184,9 +189,7 @@ class Ring:
     def try_write(self, kind: int, parts: Sequence[Any]) -> bool:
         """``write`` that counts nothing when the record does not fit (the caller waits and tries
         again: the aux thread, never the serving thread)."""
-        size = 0
-        for p in parts:
-            size += p.nbytes if isinstance(p, memoryview) else len(p)
+        size = payload_size(parts)
 
         def fill(buf: Any, base: int, at: int) -> None:
             for p in parts:

@@ -40,6 +40,7 @@ from eagle3_top.tracer.serving.ring import (
     STATE_RECORD,
     STEP_RECORD,
     Ring,
+    payload_size,
 )
 from eagle3_top.tracer.serving.step_record import step_parts, step_record
 
@@ -347,7 +348,7 @@ class RingPublisher(TracerState):
 
     def _write_waiting(self, kind: int, parts: list[Any]) -> None:
         """Write from the aux thread, waiting for room (up to ``AUX_WAIT_S``) rather than drop."""
-        size = sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in parts)
+        size = payload_size(parts)
         if not self.ring.fits(size):
             self.ring.count_dropped()
             raise ValueError(
