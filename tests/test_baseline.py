@@ -26,13 +26,14 @@ from eagle3_top.tracer.schema import (
     encode,
     step_body,
 )
+from patience import HANG_GUARD_S
 from stream_samples import T0_NS, write_session
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run(*args: str, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
     )
@@ -64,16 +65,28 @@ def write_run(
     steps_per_s: int = 100,
     batch: int = 8,
     width: int = 1,
+    received_together: int = 1,
+    stamp: float | None = None,
 ) -> Path:
     """Each source of ``runs`` decoding ``steps`` steps of ``batch`` requests at exactly
-    ``steps_per_s`` (receive times to the nanosecond), a hello before its first step: a real
-    recording, as ``eagle3-top record`` writes it."""
+    ``steps_per_s`` (the server's stamps to the nanosecond), a hello before its first step: a real
+    recording, as ``eagle3-top record`` writes it. ``received_together``: a receiver that fell behind,
+    taking that many steps at a time under the receive time of the last; ``stamp``: every frame
+    carries this stamp instead of its own."""
     w = RecordingWriter(str(path), flush_interval_s=0.0)
     period = 10**9 // steps_per_s
     seq = {src: 0 for src, _ in runs}
 
     def add(src: str, kind: str, t_ns: int, body: dict[str, object]) -> None:
-        w.add(encode(kind, src, seq[src], t_ns / 1e9, body), "tcp://box:5557", t_ns)
+        received = (
+            t_ns if kind != STEP else T0_NS + (seq[src] // received_together + 1) * received_together * period
+        )
+        ts = t_ns / 1e9 if stamp is None else stamp
+        w.add(
+            encode(kind, src, seq[src], ts, body),
+            "tcp://box:5557",
+            received if received_together > 1 else t_ns,
+        )
         seq[src] += 1
 
     for src, h in runs:
@@ -100,6 +113,17 @@ def test_the_rate_of_a_recording_without_speculation_is_its_committed_tokens_per
     assert b.describe("base.mcap") == (
         "baseline 800.0 tok/s from base.mcap (301 steps over 3.0 s, mean batch 8.0, source box:7:r0)"
     )
+
+
+def test_the_rate_is_the_servers_own_even_when_the_receiver_fell_behind(tmp_path):
+    """A loaded recorder takes 25 steps in one batch under one receive time: the rate still comes
+    from the times the server stamped, as 800 tok/s; a stamp past any clock (finite, or the frame
+    would not decode) falls back to the receive times."""
+    late = write_run(tmp_path / "late.mcap", [("box:7:r0", plain_hello())], steps=301, received_together=25)
+    b = baseline_from_recording(str(late))
+    assert b.tok_s == pytest.approx(800.0, rel=1e-3) and b.steps == 301
+    far = write_run(tmp_path / "far.mcap", [("box:7:r0", plain_hello())], steps=301, stamp=1e300)
+    assert baseline_from_recording(str(far)).tok_s == pytest.approx(800.0, rel=1e-3)
 
 
 def test_ranks_of_one_server_are_summed_and_its_tensor_parallel_repeats_left_out(tmp_path):
@@ -263,11 +287,11 @@ def test_a_recorded_run_of_the_engine_without_speculation_is_a_baseline_and_rais
         engine = subprocess.run(
             [*CLI, "toy", "--publish", endpoint, "--speculative-algorithm", "NONE", "--max-steps", "300",
              "--max-steps-per-s", "100"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=HANG_GUARD_S,
         )  # fmt: skip
     finally:
         rec.send_signal(signal.SIGINT)
-        _, rec_err = rec.communicate(timeout=60)
+        _, rec_err = rec.communicate(timeout=HANG_GUARD_S)
     assert rec.returncode == 0, rec_err
     assert "decode steps without speculation" in engine.stderr
 

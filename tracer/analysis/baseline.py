@@ -2,9 +2,12 @@
 without speculation (``--baseline-from FILE``): its committed tokens per second.
 
 Such a server publishes every decode step as a step of width 1 (the input token as root, no drafts,
-one committed token per request). The rate is the tokens of those steps over the span of their
-receive times: the steps after the first one, over first to last (the first step's tokens were made
-before the span began). Steps of any other width are speculative and not counted.
+one committed token per request). The rate is the tokens of those steps over the span of the times
+the server stamped on them: the steps after the first one, over first to last (the first step's
+tokens were made before the span began). The server's own stamps, not the receive times: a receiver
+that fell behind takes many steps in one batch under one receive time, and a loaded recorder made
+the rate 6 % off that way. A stamp past any clock (over 10^299 s) falls back to the receive time. Steps
+of any other width are speculative and not counted.
 
 Several sources count together only as ranks of one server (one host, distinct ranks), summed over
 the span they all ran; a tensor-parallel rank other than 0 verifies its replica's batch again and is
@@ -13,6 +16,7 @@ left out. Anything else is refused: the figure would not be one server's rate.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -59,7 +63,7 @@ class Baseline:
 
 @dataclass
 class _Source:
-    times: list[int] = field(default_factory=list)  # receive times (ns) of its width-1 steps
+    times: list[int] = field(default_factory=list)  # the server's times (ns) of its width-1 steps
     tokens: list[int] = field(default_factory=list)  # committed tokens of each
     hello: Hello | None = None
 
@@ -118,7 +122,8 @@ def _read(path: str) -> tuple[dict[str, _Source], Counter[int]]:
                 widths[n] += 1
             elif not accepted.any() and carried == accepted.size and carried:
                 s = sources.setdefault(ev.src, _Source())
-                s.times.append(rec.log_time_ns)
+                stamped = ev.ts * 1e9
+                s.times.append(int(stamped) if math.isfinite(stamped) else rec.log_time_ns)
                 s.tokens.append(carried)
     except (NotARecording, UnsupportedRecording) as exc:
         raise BaselineError(str(exc)) from None
