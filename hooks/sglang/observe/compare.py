@@ -54,13 +54,13 @@ def _region(t: Any) -> _Region | None:
 
     if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.layout != torch.strided or t.is_meta:
         return None
-    item = int(t.element_size())
-    shape = tuple(int(x) for x in t.shape)
-    stride = tuple(int(x) for x in t.stride())
+    item = t.element_size()
+    shape = tuple(t.shape)  # torch.Size and stride() hold ints already
+    stride = t.stride()
     span = 1 + sum((n - 1) * abs(st) for n, st in zip(shape, stride, strict=True))
     offset = int(t.storage_offset())
     lo = offset * item
-    return _Region(int(t.untyped_storage().data_ptr()), lo, lo + span * item, item, offset, shape, stride)
+    return _Region(t.untyped_storage().data_ptr(), lo, lo + span * item, item, offset, shape, stride)
 
 
 _ALLOC_OPS = {
@@ -86,35 +86,64 @@ class _Observation:
     keep: list[Any] = field(default_factory=list)  # storages held so no address is reused
 
 
+def _op_plan(func: Any) -> tuple[tuple[tuple[int, str], ...], bool]:
+    """What the write log reads of an op, from its schema: the arguments it writes in place (index,
+    name), and whether its outputs are fresh memory when nothing was written (not an allocation,
+    which holds no values yet, and not a view of an input)."""
+    plan = _PLANS.get(func)
+    if plan is None:
+        schema = func._schema
+        writes = tuple(
+            (i, a.name)
+            for i, a in enumerate(schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+        fresh = func.overloadpacket.__name__ not in _ALLOC_OPS and not any(
+            r.alias_info for r in schema.returns
+        )
+        plan = _PLANS[func] = (writes, fresh)
+    return plan
+
+
+# An op's schema is fixed: read it once per op, not once per call. A forward through a 94-layer
+# target makes some 10,000 calls to a few dozen ops, and the schema walk was a quarter of observing.
+_PLANS: dict[Any, tuple[tuple[tuple[int, str], ...], bool]] = {}
+
+
 def _write_log_mode(obs: _Observation) -> Any:
     """A TorchDispatchMode recording every op's in-place writes and fresh outputs, by phase."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
+    Tensor = torch.Tensor
+
+    def tensors(val: Any) -> list[Any]:
+        if isinstance(val, Tensor):
+            return [val]
+        return [t for t in tree_flatten(val)[0] if isinstance(t, Tensor)]
+
+    def record(t: Any, into_writes: bool) -> None:
+        r = _region(t)
+        if r is not None:
+            if into_writes:
+                obs.writes.append((obs.phase, r))
+            obs.defines.append((obs.phase, r))
+            obs.keep.append(t.untyped_storage())
+
     class WriteLog(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            schema = func._schema
-            written: list[Any] = []
-            for i, a in enumerate(schema.arguments):
-                if a.alias_info is not None and a.alias_info.is_write:
-                    val = args[i] if i < len(args) else kwargs.get(a.name)
-                    written += [t for t in tree_flatten(val)[0] if isinstance(t, torch.Tensor)]
-            for t in written:
-                r = _region(t)
-                if r is not None:
-                    obs.writes.append((obs.phase, r))
-                    obs.defines.append((obs.phase, r))
-                    obs.keep.append(t.untyped_storage())
-            base = func.overloadpacket.__name__
-            if not written and base not in _ALLOC_OPS and not any(r.alias_info for r in schema.returns):
-                for t in tree_flatten(out)[0]:
-                    r = _region(t)
-                    if r is not None:
-                        obs.defines.append((obs.phase, r))
-                        obs.keep.append(t.untyped_storage())
+            writes, fresh = _op_plan(func)
+            written = False
+            for i, name in writes:
+                for t in tensors(args[i] if i < len(args) else kwargs.get(name)):
+                    record(t, True)
+                    written = True
+            if not written and fresh:
+                for t in tensors(out):
+                    record(t, False)
             return out
 
     return WriteLog()
