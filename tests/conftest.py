@@ -10,6 +10,25 @@ import zmq
 from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import Event, SourceId
 from eagle3_top.tracer.serving.publisher import MemoryPublisher, Publisher
+from patience import HANG_GUARD_S, PATIENCE_S  # noqa: F401  (the tests import them from here)
+
+# Modules whose tests wait 10 s or more on child processes (SGLang's real classes, the torch engine,
+# Triton's interpreter), longest first. Started first, they overlap the many short tests instead of
+# running alone at the end with a core idle (``make test`` lost about a minute to that tail). Only
+# the order changes: a module missing here runs later, no slower.
+SLOW_FIRST = (
+    "test_sglang_preflight", "test_sglang_defects", "test_sglang_ranks", "test_check_toy",
+    "test_check_verdict", "test_snapshots", "test_demo", "test_source_book", "test_hostile_stream",
+    "test_toy_export", "test_e2e_tmux", "test_preflight", "test_probe", "test_replay",
+    "test_serve_web", "test_recording", "test_sglang_wiring", "test_tp_dp_rehearsal",
+    "test_sglang_verify", "test_sglang_plugin", "test_fingerprint_kernels", "test_sglang_export",
+    "test_sglang_guard",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__ if item.module else "", len(rank)))
 
 
 def pytest_report_header() -> str:
@@ -18,13 +37,6 @@ def pytest_report_header() -> str:
         return f"sglang {importlib.metadata.version('sglang')} (CPU, GPU-only packages stood in)"
     except importlib.metadata.PackageNotFoundError:
         return "sglang not installed: the sglang tests skip"
-
-
-# How long a wait for something that must happen may take before the test calls it missing. The
-# waits return as soon as the thing happens, so this bound costs nothing when all is well; it only
-# has to outlast a 2-core box that other work is loading (CI boxes are shared), where 5 s was not
-# enough for a refresh to come round.
-PATIENCE_S = 60.0
 
 
 @pytest.fixture

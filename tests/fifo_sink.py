@@ -13,6 +13,8 @@ import termios
 import threading
 import time
 
+from patience import PATIENCE_S
+
 F_GETPIPE_SZ = 1032  # Linux
 
 
@@ -66,7 +68,7 @@ class FifoSink:
                 out.flush()
         self._done.set()
 
-    def finish(self, timeout: float = 20.0) -> None:
+    def finish(self, timeout: float = PATIENCE_S) -> None:
         """Read until the writer has closed the file."""
         self.resume()
         assert self._done.wait(timeout), "the writer never closed the file"

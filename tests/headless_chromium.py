@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from patience import PATIENCE_S
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -65,7 +66,7 @@ class Chromium:
             self._proc.wait()
         shutil.rmtree(self._profile, ignore_errors=True)
 
-    async def _devtools_port(self, timeout: float = 15.0) -> int:
+    async def _devtools_port(self, timeout: float = PATIENCE_S) -> int:
         # Chromium writes the port it picked into the profile once it listens.
         marker = Path(self._profile) / "DevToolsActivePort"
         deadline = time.monotonic() + timeout

@@ -27,6 +27,7 @@ from eagle3_top.hooks.sglang.cpu_standins import (  # noqa: F401  (re-exported f
     install_standins,
     publish_server_args,
 )
+from patience import HANG_GUARD_S
 
 # -- subprocess isolation ---------------------------------------------------------------------------
 
@@ -51,19 +52,22 @@ class Child:
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    def finish(self, timeout: float = 120) -> str:
-        """Wait for it; return its stdout. Raises AssertionError with its stderr when it exits
-        non-zero (or is killed at ``timeout``)."""
+    def finish(self, timeout: float = HANG_GUARD_S) -> str:
+        """Wait for it to exit; return its stdout. Raises AssertionError with its stderr when it exits
+        non-zero, or when it is still running at ``timeout`` (hung: it is killed)."""
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            hung = True
+        else:
+            hung = False
         out, err = (self._read(f) for f in (self._out, self._err))
         if self.proc.returncode != 0:
+            what = f"hung, killed after {timeout:.0f} s" if hung else f"rc={self.proc.returncode}"
             raise AssertionError(
-                f"sglang subprocess failed (rc={self.proc.returncode})\n--- stdout\n{out[-4000:]}"
-                f"\n--- stderr\n{err[-8000:]}"
+                f"sglang subprocess failed ({what})\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-8000:]}"
             )
         return out
 
@@ -90,7 +94,9 @@ def start_sglang_subprocess(body: str, *, env: dict[str, str] | None = None) -> 
     return Child(code, full_env)
 
 
-def run_in_sglang_subprocess(body: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+def run_in_sglang_subprocess(
+    body: str, *, env: dict[str, str] | None = None, timeout: float = HANG_GUARD_S
+) -> str:
     """Run ``body`` in a fresh interpreter with the stand-ins installed; return its stdout.
 
     Raises AssertionError with the child's stderr when it exits non-zero.
@@ -135,4 +141,4 @@ def start_child(module: str, func: str, env: dict[str, str] | None = None) -> Ch
 
 
 def run_child(module: str, func: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    return child_result(start_child(module, func, env).finish(timeout=240))
+    return child_result(start_child(module, func, env).finish())

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("torch")
 
 from eagle3_top.hooks.toy import paths  # noqa: E402
+from patience import HANG_GUARD_S
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 
@@ -76,7 +77,7 @@ def check(endpoint: str, manifest: str | None, *extra: str) -> tuple[int, list[d
     cmd = [*CLI, "check", endpoint, "--json", "--timeout", "600", *extra]
     if manifest:
         cmd += ["--manifest", manifest]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S)
     findings = json.loads(r.stdout)["findings"] if r.stdout.strip().startswith("{") else []
     return r.returncode, findings, r.stderr
 

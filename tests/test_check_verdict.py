@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from conftest import PATIENCE_S, wait_subscribed
+from conftest import HANG_GUARD_S, PATIENCE_S, wait_subscribed
 from eagle3_top.tracer.schema import (
     HELLO,
     STEP,
@@ -51,7 +51,7 @@ def pub() -> Iterator[Publisher]:
     p.close()
 
 
-def run_check(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_check(*args: str, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, "check", *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -83,7 +83,7 @@ def test_enough_steps_pass_and_the_verdict_shows_acceptance(pub: Publisher) -> N
     pub.set_hello(hello())
     proc = start_check(pub.bound_endpoint, "--steps", "20", "--timeout", "30", "--json")
     feed_while(proc, pub, 10, accepted=2)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     verdict = json.loads(out)
     assert proc.returncode == 0, err
     assert verdict["verdict"] == "ok" and verdict["exit_code"] == 0
@@ -97,7 +97,7 @@ def test_min_steps_says_what_is_enough(pub: Publisher) -> None:
     pub.set_hello(hello())
     proc = start_check(pub.bound_endpoint, "--steps", "100000", "--min-steps", "5", "--timeout", "3")
     feed_while(proc, pub, 2, accepted=2)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 0, out
     assert "ok: 1 source(s)" in out
 
@@ -134,7 +134,7 @@ def test_a_stream_of_malformed_steps_never_passes(pub: Publisher) -> None:
         )
         pub.publish(STEP, {"batch": "x"})
         time.sleep(0.1)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 3, out + err
     assert "malformed" in out and "failed the schema" in out
     assert "Traceback" not in err
@@ -151,7 +151,7 @@ def test_frames_naming_no_source_are_named(pub: Publisher) -> None:
             publish_steps(pub, 2, accepted=1)
             sock.send(b"\x93\x01\x02")  # msgpack, but not a map
             time.sleep(0.1)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=HANG_GUARD_S)
     finally:
         sock.close(0)
     assert proc.returncode == 3
@@ -164,7 +164,7 @@ def test_accept_length_far_below_the_drafts_own_claims_fails(pub: Publisher) -> 
     )
     proc = start_check(pub.bound_endpoint, "--steps", "40", "--timeout", "30")
     feed_while(proc, pub, 10, accepted=0)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 1, out
     assert "ACCEPT_LENGTH_FAR_BELOW_EXPECTED" in out
     assert "expected 3.28 by the draft's own training_metrics.json" in out
@@ -207,7 +207,7 @@ def test_progress_goes_to_a_terminal_and_nowhere_else(pub: Publisher) -> None:
     )
     os.close(slave)
     seen = b""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline:
         try:
             chunk = os.read(master, 4096)
@@ -233,7 +233,7 @@ def test_hostile_strings_reach_the_verdict_escaped() -> None:
         for seq in range(30):
             sock.send(encode(HELLO, src, seq, time.time(), body))
             time.sleep(0.1)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
         sock.close(0)
     assert "\x1b" not in out + err
@@ -241,7 +241,9 @@ def test_hostile_strings_reach_the_verdict_escaped() -> None:
 
 
 def test_mistyped_command_is_named_and_does_not_open_the_monitor() -> None:
-    r = subprocess.run([*CLI, "chekc"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [*CLI, "chekc"], capture_output=True, text=True, timeout=HANG_GUARD_S, stdin=subprocess.DEVNULL
+    )
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "eagle3-top: 'chekc' is not a command nor an endpoint (tcp://HOST:PORT); did you mean 'check'?"
@@ -249,7 +251,7 @@ def test_mistyped_command_is_named_and_does_not_open_the_monitor() -> None:
 
 
 def test_the_monitor_refuses_to_draw_without_a_terminal() -> None:
-    r = subprocess.run([*CLI, "tcp://127.0.0.1:5557"], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([*CLI, "tcp://127.0.0.1:5557"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 2 and "needs a terminal" in r.stderr
     assert r.stdout == ""
 
@@ -265,7 +267,7 @@ def test_the_monitor_refuses_to_draw_without_a_terminal() -> None:
     ],
 )
 def test_bad_arguments_get_one_line_each(args: list[str], message: str) -> None:
-    r = run_check(*args, timeout=30)
+    r = run_check(*args, timeout=HANG_GUARD_S)
     assert r.returncode == 2
     assert message in r.stderr and "Traceback" not in r.stderr
 
@@ -274,7 +276,7 @@ def test_a_bad_endpoint_among_good_ones_is_skipped(pub: Publisher) -> None:
     pub.set_hello(hello())
     proc = start_check("tcp://127.0.0.1:99999", pub.bound_endpoint, "--min-steps", "5", "--timeout", "4")
     feed_while(proc, pub, 2, accepted=1)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert "port 99999 is outside 1-65535 (skipped)" in err
     assert proc.returncode == 0, out + err
 
@@ -283,7 +285,7 @@ def test_ctrl_c_is_an_answer_not_a_traceback(pub: Publisher) -> None:
     proc = start_check(pub.bound_endpoint, "--timeout", "60")
     wait_subscribed(pub)  # running its loop, past the imports
     proc.send_signal(2)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 130
     assert err.strip() == "eagle3-top: interrupted" and out == ""
 
@@ -291,7 +293,7 @@ def test_ctrl_c_is_an_answer_not_a_traceback(pub: Publisher) -> None:
 def test_probe_arguments_are_checked_up_front() -> None:
     r = subprocess.run(
         [*CLI, "probe", "--server", "127.0.0.1:30000", "--endpoint", "x:1", "--manifest", "m.json"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert r.returncode == 2 and "expected an http:// or https:// URL" in r.stderr
 
@@ -340,7 +342,7 @@ def test_check_under_fuzzed_frames_gives_a_verdict_not_a_traceback() -> None:
             sock.send(f)
             if i % 1000 == 0:
                 time.sleep(0.01)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
         sock.close(0)
     assert "Traceback" not in err
@@ -390,7 +392,7 @@ def test_a_prefill_crash_the_release_was_known_for_is_one_finding_naming_it(pub:
     batch = type("Batch", (), {"forward_mode": type("Mode", (), {"name": "EXTEND"})()})()
     with pytest.raises(TypeError, match="NoneType"):  # SGLang still sees its own exception
         around(forward_batch_generation, object(), batch)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 1, out
     findings = json.loads(out)["findings"]
     # the cause, with the crash it explains inside it: one finding
@@ -415,7 +417,7 @@ def test_a_crash_heard_before_its_hello_is_judged_with_the_hello(pub: Publisher)
     h = hello()
     assert h.aux is not None
     pub.set_hello(dataclasses.replace(h, aux=dataclasses.replace(h.aux, width=128)))
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 1, err
     findings = json.loads(out)["findings"]
     # the width explains the crash: one finding, saying so
@@ -477,7 +479,7 @@ def test_every_endpoint_named_must_be_heard(pub: Publisher, tmp_path: Path) -> N
     pub.set_hello(hello())
     proc = start_check(pub.bound_endpoint, silent, "--steps", "5", "--timeout", "4", "--json")
     feed_while(proc, pub, 10, accepted=2)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     verdict = json.loads(out)
     assert proc.returncode == 3 and verdict["verdict"] == "partial", out + err
     (src,) = verdict["sources"]
@@ -488,6 +490,6 @@ def test_every_endpoint_named_must_be_heard(pub: Publisher, tmp_path: Path) -> N
     listed.write_text(f"{pub.bound_endpoint}\n{silent}\n")
     proc = start_check("--endpoints-file", str(listed), "--steps", "5", "--timeout", "4")
     feed_while(proc, pub, 10, accepted=2)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 3, out + err
     assert f"endpoint {silent}: nothing heard" in out and "1 endpoint(s) said nothing" in out.splitlines()[-1]

@@ -9,6 +9,7 @@ from eagle3_top.hooks.toy import paths
 from eagle3_top.tracer.engines.base import declared_ids as draft_layer_ids
 from eagle3_top.tracer.serving.claims import draft_claims
 from eagle3_top.tracer.serving.wiring import draft_config_as_written
+from patience import HANG_GUARD_S
 
 
 def test_the_built_in_drafts_claim_what_training_reached() -> None:
@@ -61,7 +62,7 @@ def test_the_built_in_engine_names_a_hostile_draft_config_in_one_line(tmp_path) 
     (d / "config.json").write_text(json.dumps(cfg))
     r = subprocess.run(
         [sys.executable, "-m", "eagle3_top.hooks.toy_main", "--speculative-draft-model-path", str(d), "--max-steps", "1"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from eagle3_top.tracer.analysis.thresholds import Thresholds
 from eagle3_top.tui.config import ConfigError, find_config, load_config
+from patience import HANG_GUARD_S
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 
@@ -93,7 +94,7 @@ def test_the_command_line_beats_the_file_and_a_bad_file_exits_2(tmp_path: Path) 
     assert ns.interval == 2.0 and ns.endpoints == ["h:1"] and ns.record_dir == "."
     bad = write(tmp_path, "theme = 'x'", "bad.toml")
     for args in (["--once", "--config", bad], ["check", "h:1", "--config", bad]):
-        r = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert r.returncode == 2, r.stderr
         assert r.stderr.count("\n") == 1 and "bad.toml" in r.stderr and "theme 'x'" in r.stderr
 

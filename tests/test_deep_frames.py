@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import screen_text, wait_until
+from conftest import HANG_GUARD_S, screen_text, wait_until
 from eagle3_top.tracer.reader.ledger import FrameLedger
 from eagle3_top.tracer.reader.recording import RecordingWriter
 from eagle3_top.tracer.reader.replay import Timeline
@@ -70,11 +70,13 @@ def test_a_frame_nested_600_deep_is_refused_counted_against_its_source_and_named
 def test_replay_once_survives_600_deep_frames_and_counts_them(tmp_path: Path) -> None:
     rec = str(tmp_path / "deep.mcap")
     write_deep_session(rec)
-    text = subprocess.run([*CLI, "--replay", rec, "--once"], capture_output=True, text=True, timeout=120)
+    text = subprocess.run(
+        [*CLI, "--replay", rec, "--once"], capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
     assert text.returncode == 0, text.stderr[-2000:]
     assert SRC in text.stdout and "RecursionError" not in text.stderr
     out = subprocess.run(
-        [*CLI, "--replay", rec, "--once", "--json"], capture_output=True, text=True, timeout=120
+        [*CLI, "--replay", rec, "--once", "--json"], capture_output=True, text=True, timeout=HANG_GUARD_S
     )
     assert out.returncode == 0, out.stderr[-2000:]
     snap = json.loads(out.stdout)
@@ -90,7 +92,7 @@ async def test_interactive_replay_survives_600_deep_frames_and_seeks_across_them
     write_deep_session(rec)
     app = ReplayApp(Timeline(rec, speed=None), refresh_hz=20)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_until(pilot, lambda: "■ end" in screen_text(app), timeout=60, what="the end of the replay")
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
         await wait_until(
             pilot, lambda: f"malformed {N_DEEP}" in screen_text(app), what="the deep frames counted"
         )

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from eagle3_top.tracer.analysis.manifest import Manifest
 from eagle3_top.tui.commands import demo
+from patience import HANG_GUARD_S
 
 
 def _terminal() -> tuple[int, int]:
@@ -203,7 +204,7 @@ def test_a_signal_during_start_up_stops_every_child_group_and_removes_the_temp_d
             time.sleep(0.02)
 
         proc.send_signal(signum)
-        assert proc.wait(timeout=30) == 128 + signum
+        assert proc.wait(timeout=HANG_GUARD_S) == 128 + signum
         reader.join(timeout=5)
         assert not _in_groups(groups), "a child of the demo outlived it"
         assert list(tmp.iterdir()) == [], "the temporary directory was left behind"
@@ -259,7 +260,7 @@ def test_an_engine_that_dies_while_the_monitor_is_open_is_printed_after_it_close
         # the kernel's OOM killer, say: the engine goes without a word of its own
         healthy = next(c for c in d.engines() if c.name == "healthy")
         healthy.proc.send_signal(signal.SIGKILL)
-        healthy.proc.wait(timeout=10)
+        healthy.proc.wait(timeout=HANG_GUARD_S)
         assert "SIGKILL" not in err.getvalue(), "printed while the monitor was open"
         err.write("<monitor closed>\n")
 
@@ -328,7 +329,7 @@ def test_without_a_terminal_the_demo_refuses_before_starting_anything(tmp_path: 
     tmp.mkdir()
     out = subprocess.run(
         [sys.executable, "-m", "eagle3_top.tui.cli", "demo"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=HANG_GUARD_S,
         env={**os.environ, "TMPDIR": str(tmp)},
     )  # fmt: skip
     assert out.returncode == 2

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from conftest import PATIENCE_S
+from conftest import HANG_GUARD_S, PATIENCE_S
 from eagle3_top.tracer.reader.endpoints_file import EndpointsFile, EndpointsFileError, parse_endpoints
 from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import HELLO, STEP, Hello, SourceId, encode
@@ -285,7 +285,7 @@ def test_check_with_a_garbage_line_names_it_and_judges_the_good_endpoints(tmp_pa
             pub.publish(STEP, step(i))
             i += 1
             time.sleep(0.01)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
         pub.close()
     assert err.splitlines()[0] == (
@@ -323,7 +323,7 @@ def test_the_fleet_demo_runs_engines_on_one_port_range_every_third_mis_wired(tmp
     def show(d: demo.Demo, endpoints: list[str], manifest: object) -> None:
         shown.append((d.title, endpoints))
         sub = Subscriber(endpoints)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         try:
             while len(seen) < len(endpoints) and time.monotonic() < deadline:
                 for ev in sub.poll(100):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 import zmq
-from conftest import PATIENCE_S
+from conftest import HANG_GUARD_S, PATIENCE_S
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.analysis.manifest import Manifest, load_manifest
 from eagle3_top.tracer.export.counters import RestartSafe
@@ -45,7 +45,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def scrape(url: str) -> Samples:
-    with urllib.request.urlopen(url, timeout=5) as r:
+    with urllib.request.urlopen(url, timeout=PATIENCE_S) as r:
         assert r.status == 200
         text = r.read().decode()
     return {
@@ -505,7 +505,7 @@ def test_restart_safe_holds_a_dip_and_carries_a_restart() -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "export", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([*CLI, "export", *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_a_port_in_use_is_one_line_and_exit_2() -> None:

@@ -25,6 +25,7 @@ import sys
 import textwrap
 
 import pytest
+from patience import HANG_GUARD_S
 
 pytest.importorskip("torch")
 
@@ -95,7 +96,11 @@ print("@@" + json.dumps(out))
 def kernels() -> dict:
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=TRITON_DIR, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD)], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", textwrap.dedent(CHILD)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=HANG_GUARD_S,
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@")][-1]

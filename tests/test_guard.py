@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from patience import HANG_GUARD_S
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("the built-in engine needs torch", allow_module_level=True)
@@ -25,7 +26,7 @@ ENGINE = [sys.executable, "-m", "eagle3_top.hooks.toy_main", "--max-steps", "3"]
 def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_TOP_GUARD")}
     full.update(env)
-    return subprocess.run([*ENGINE, *args], capture_output=True, text=True, timeout=120, env=full)
+    return subprocess.run([*ENGINE, *args], capture_output=True, text=True, timeout=HANG_GUARD_S, env=full)
 
 
 def test_a_mis_wired_draft_is_stopped_before_serving_with_the_fix() -> None:

@@ -12,7 +12,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import screen_text, wait_connected, wait_until
+from conftest import PATIENCE_S, screen_text, wait_connected, wait_until
 from eagle3_top.tracer.analysis.diagnose import diagnose
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.reader.subscriber import Subscriber
@@ -214,7 +214,7 @@ def test_a_real_publisher_restart_on_the_same_port() -> None:
         wait_connected(sub)
         for _ in range(20):
             pub.publish(STEP, {"x": 1})
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + PATIENCE_S
         while time.monotonic() < deadline and sub.sources.get(src.key, None) is None:
             sub.poll(50)
         pub.close()
@@ -224,7 +224,7 @@ def test_a_real_publisher_restart_on_the_same_port() -> None:
                 break
             except zmq.ZMQError:
                 time.sleep(0.1)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE_S
         while time.monotonic() < deadline:
             sub.poll(50)
             c = sub.sources.get(src.key)
@@ -264,7 +264,7 @@ async def test_the_app_survives_a_fuzzed_stream_and_says_so() -> None:
             evil = "\x1b]0;pwned\x07:1:r0"
             for seq in range(5):
                 sock.send(encode(HELLO, evil, seq, time.time(), {"engine": {"name": "\x1b[2Jx"}}))
-            await wait_until(pilot, lambda: app.latest is not None and app.latest.frames >= sent, timeout=30)
+            await wait_until(pilot, lambda: app.latest is not None and app.latest.frames >= sent)
             await pilot.pause(0.5)
             assert app.feed.error is None and app.render_error is None
             assert app.latest is not None and app.latest.malformed > 1000

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import zmq
 from hostile_strings import FORBIDDEN, SOURCES, frames, write_recording
+from patience import HANG_GUARD_S
 from tmux_pane import screen, send, wait_for, wait_gone
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
@@ -136,7 +137,7 @@ def test_text_outputs_of_a_hostile_recording_send_no_escape_sequence(tmp_path: P
     )
     for args, rc in runs:
         p = subprocess.run(
-            [sys.executable, "-m", "eagle3_top.tui.cli", *args], capture_output=True, timeout=300
+            [sys.executable, "-m", "eagle3_top.tui.cli", *args], capture_output=True, timeout=HANG_GUARD_S
         )
         out = p.stdout + p.stderr
         assert p.returncode == rc, (args, out[-2000:])

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from patience import HANG_GUARD_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -133,7 +134,11 @@ def test_the_gate_commands_run_with_only_the_wire_libraries(command: str, tmp_pa
     }[command]  # fmt: skip
     try:
         r = subprocess.run(
-            [sys.executable, "-c", HEADLESS, *args], capture_output=True, text=True, timeout=60, cwd=ROOT
+            [sys.executable, "-c", HEADLESS, *args],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD_S,
+            cwd=ROOT,
         )
     finally:
         pub.close(0)

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import PATIENCE_S, wait_subscribed
+from conftest import HANG_GUARD_S, PATIENCE_S, wait_subscribed
 from eagle3_top.tracer.schema import STEP, SourceId
 from eagle3_top.tracer.serving.publisher import Publisher
 from stream_samples import hello, step
@@ -19,7 +19,7 @@ CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run(*args: str, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
     )

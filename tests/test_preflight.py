@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patience import HANG_GUARD_S
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("toy export (the fixture) needs torch; preflight itself does not", allow_module_level=True)
@@ -28,7 +29,7 @@ MANIFEST = ROOT / "examples" / "demo-manifest.json"  # the bundled draft's train
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("preflight") / "pair"
     r = subprocess.run([*CLI, "toy", "export", "--out", str(out), "--models-only"],
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+                       capture_output=True, text=True, timeout=HANG_GUARD_S)  # fmt: skip
     assert r.returncode == 0, r.stderr
     return out
 
@@ -42,7 +43,7 @@ def preflight(
             str(pair / draft), *extra, *(() if observe else ("--from-table",))]  # fmt: skip
     if json_out:
         argv.append("--json")
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def verdict(pair: Path, draft: str, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -146,7 +147,7 @@ def test_preflight_imports_no_torch(pair: Path) -> None:
         f"sys.exit(main(['preflight', '--model-path', {str(pair / 'target')!r}, "
         f"'--speculative-draft-model-path', {str(pair / 'draft-no-embed')!r}, '--speculative-num-steps', '3', '--speculative-eagle-topk', '1']))"
     )
-    r = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stderr
 
 
@@ -174,7 +175,7 @@ def test_bad_input_is_one_line_and_exit_2(pair: Path, tmp_path: Path, damage: st
         (draft / "model.safetensors").write_bytes((40).to_bytes(8, "little") + b"{truncated")
     r = subprocess.run(
         [*CLI, "preflight", "--model-path", str(target), "--speculative-draft-model-path", str(draft)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("eagle3-top preflight: ") and said in r.stderr
@@ -228,7 +229,7 @@ def test_configs_are_read_as_the_engine_reads_them_and_refused_in_one_line(
     path.write_text(json.dumps(cfg))
     r = subprocess.run(
         [*CLI, "preflight", "--model-path", str(target), "--speculative-draft-model-path", str(draft), *CHAIN],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and str(path) in r.stderr and said in r.stderr, r.stderr

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import screen_text, wait_until
+from conftest import HANG_GUARD_S, PATIENCE_S, screen_text, wait_until
 from eagle3_top.tracer.analysis.manifest import load_manifest
 from eagle3_top.tracer.analysis.probe_compare import compare, mapping_text, similarity_matrix, slot_mapping
 from eagle3_top.tracer.analysis.probe_run import probe_rid
@@ -174,7 +174,7 @@ def probe(server: str, endpoint: str, manifest: str, *extra: str) -> tuple[int, 
     t0 = time.monotonic()
     r = subprocess.run(
         [*CLI, "probe", "--server", server, "--endpoint", endpoint, "--manifest", manifest, "--json", *extra],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     findings = json.loads(r.stdout) if r.stdout.strip().startswith("[") else []
     return r.returncode, findings, r.stderr, time.monotonic() - t0
@@ -193,7 +193,7 @@ def test_toy_speaks_sglang_generate(toys, manifest) -> None:
         ).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(req, timeout=20) as r:
+    with urllib.request.urlopen(req, timeout=PATIENCE_S) as r:
         out = json.loads(r.read())
     meta = out["meta_info"]
     assert out["text"] == "" and len(out["output_ids"]) == 9
@@ -201,9 +201,9 @@ def test_toy_speaks_sglang_generate(toys, manifest) -> None:
     assert meta["finish_reason"] == {"type": "length", "length": 9}
     assert meta["spec_accept_length"] == pytest.approx(9 / meta["spec_verify_ct"])
     assert sum(meta["spec_accept_histogram"]) == meta["spec_verify_ct"]
-    with urllib.request.urlopen(t.url + "/get_model_info", timeout=5) as r:
+    with urllib.request.urlopen(t.url + "/get_model_info", timeout=PATIENCE_S) as r:
         assert json.loads(r.read())["is_generation"] is True
-    with urllib.request.urlopen(t.url + "/get_server_info", timeout=5) as r:
+    with urllib.request.urlopen(t.url + "/get_server_info", timeout=PATIENCE_S) as r:
         info = json.loads(r.read())
     assert (info["speculative_algorithm"], info["speculative_num_draft_tokens"], info["dp_size"]) == (
         "EAGLE3",

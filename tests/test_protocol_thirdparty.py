@@ -13,6 +13,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+from patience import HANG_GUARD_S, PATIENCE_S
 
 pytest.importorskip("torch")
 
@@ -42,7 +43,7 @@ def _read_stream(draft: str, steps: int = 120) -> tuple[dict, list[dict], list[i
     )  # fmt: skip
     hello, step_events, seqs = None, [], []
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE_S
         while time.monotonic() < deadline and len(step_events) < steps:
             if not sock.poll(200):
                 continue
@@ -55,7 +56,7 @@ def _read_stream(draft: str, steps: int = 120) -> tuple[dict, list[dict], list[i
                 step_events.append(ev)
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=HANG_GUARD_S)
         sock.close(0)
     assert hello is not None and len(step_events) >= steps
     return hello, step_events, seqs

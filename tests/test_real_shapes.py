@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patience import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES_PY = ROOT / "benchmarks" / "gpu" / "shapes.py"
@@ -24,7 +25,7 @@ SHAPES = ("llama8b", "kimi-wide", "wide-llama")
 def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("shapes")
     r = subprocess.run([sys.executable, str(SHAPES_PY), str(out), *SHAPES],
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+                       capture_output=True, text=True, timeout=HANG_GUARD_S)  # fmt: skip
     assert r.returncode == 0, r.stderr
     infos = [json.loads(line) for line in r.stdout.splitlines()]
     return {i["shape"]: i for i in infos}
@@ -41,7 +42,7 @@ def _preflight(info: dict[str, Any]) -> dict[str, Any]:
     r = subprocess.run(
         [*CLI, "preflight", "--model-path", str(d / "target"), "--speculative-draft-model-path",
          str(d / "draft"), "--sglang-version", "0.5.17", *CHAIN, "--from-table", "--json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     out: dict[str, Any] = json.loads(r.stdout)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import zmq
 import zstandard
-from conftest import poll_until
+from conftest import HANG_GUARD_S, PATIENCE_S, poll_until
 from eagle3_top.tracer.reader.recording import (
     UNDECODABLE,
     RecordingReader,
@@ -267,25 +267,30 @@ def test_seq_gaps_stay_bounded_and_keep_what_they_forget() -> None:
 
 def test_record_says_how_many_frames_it_missed(tmp_path: Path) -> None:
     ctx = zmq.Context.instance()
-    pub = ctx.socket(zmq.PUB)
+    pub = ctx.socket(zmq.XPUB)  # XPUB: its subscription message says when the recorder has joined
     pub.setsockopt(zmq.LINGER, 0)
     pub.bind("tcp://127.0.0.1:0")
     ep = pub.getsockopt_string(zmq.LAST_ENDPOINT)
     path = str(tmp_path / "gaps.mcap")
-    proc = subprocess.Popen(
-        [*CLI, "record", ep, "-o", path, "--duration", "4"], stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([*CLI, "record", ep, "-o", path], stderr=subprocess.PIPE, text=True)
+    last = 156
     try:
-        deadline = time.monotonic() + 3.0
-        seq = 0
-        while time.monotonic() < deadline:  # until the recorder has surely joined; then one gap
+        assert pub.poll(int(PATIENCE_S * 1000)), "the recorder never subscribed"
+        pub.recv()
+        for seq in range(150):
             pub.send(step_frame(seq, "gap-host:1:r0", batch=2))
-            seq += 1
-            time.sleep(0.01)
-        for s in (seq, seq + 1, seq + 5, seq + 6):  # seq+2 .. seq+4 never sent
+        for s in (150, 151, 155, last):  # 152 .. 154 never sent
             pub.send(step_frame(s, "gap-host:1:r0", batch=2))
         pub.send(b"\xc1 garbage")
-        _, err = proc.communicate(timeout=20)
+
+        def recorded_last() -> bool:  # the recorder closes a chunk a second: the file shows it
+            with contextlib.suppress(Exception):
+                return any((e := peek(f.data)) is not None and e.seq == last for f in read_recording(path))
+            return False
+
+        poll_until(recorded_last, "the last frame in the recording")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
         pub.close()
         if proc.poll() is None:
@@ -364,7 +369,7 @@ def test_record_overloaded_writes_what_it_can_and_counts_the_rest(tmp_path: Path
                 break
             assert sent < flooded + 100, "the recorder never wrote a frame again"
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
         sink.finish()
         heard("", -1)  # whatever the close wrote
     finally:
@@ -381,7 +386,9 @@ def test_record_overloaded_writes_what_it_can_and_counts_the_rest(tmp_path: Path
     # it wrote what it could and counted the rest: every frame sent is one or the other
     assert 0 < int(lost.group(1)) == missed and written + missed == sent
     assert frames == sum(len(seqs) for seqs in in_file.values())
-    info = subprocess.run([*CLI, "recording", "info", sink.copy], capture_output=True, text=True, timeout=30)
+    info = subprocess.run(
+        [*CLI, "recording", "info", sink.copy], capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
     assert (
         f"recorder: {frames:,} frames written, 0 received and not written, {missed:,} missed" in info.stdout
     )

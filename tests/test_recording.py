@@ -25,6 +25,7 @@ from eagle3_top.tracer.schema import (
 )
 from eagle3_top.tracer.serving.publisher import Publisher
 from mcap.reader import make_reader
+from patience import HANG_GUARD_S, PATIENCE_S
 from stream_samples import hello, step
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
@@ -92,12 +93,14 @@ def record(stream: Stream, path: str, seconds: float, sig: int) -> tuple[subproc
     time.sleep(seconds)
     sent = time.time()
     proc.send_signal(sig)
-    proc.wait(timeout=10)
+    proc.wait(timeout=HANG_GUARD_S)
     return proc, sent
 
 
 def info(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "recording", "info", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [*CLI, "recording", "info", *args], capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
 
 
 def test_sigterm_closes_cleanly_and_frames_are_byte_identical(stream: Stream, tmp_path: Path) -> None:
@@ -239,7 +242,7 @@ def test_file_cut_inside_a_chunk(tmp_path: Path) -> None:
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> None:
-    out = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=30)
+    out = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 2 and message in out.stderr
 
 
@@ -255,19 +258,19 @@ def test_a_second_recorder_on_the_same_file_leaves_the_first_whole(stream: Strea
     first = subprocess.Popen(
         [*CLI, "record", *stream.endpoints, "-o", path], stderr=subprocess.PIPE, text=True
     )
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE_S
     while not os.path.exists(path) or os.path.getsize(path) < 1000:  # the first chunks are out
         assert time.monotonic() < deadline and first.poll() is None
         time.sleep(0.05)
     # even --force, which would truncate an idle file, must not touch one a recorder holds
     second = subprocess.run(
         [*CLI, "record", *stream.endpoints, "-o", path, "--force", "--duration", "1"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert second.returncode == 2 and "another recorder is writing it" in second.stderr, second.stderr
     time.sleep(0.5)
     first.send_signal(signal.SIGTERM)
-    first.wait(timeout=10)
+    first.wait(timeout=HANG_GUARD_S)
     assert first.returncode == 0
     reader = read_recording(path)
     assert sum(1 for _ in reader) > 20 and reader.report.complete  # not a byte of the second in it
@@ -311,7 +314,7 @@ def test_rotation_by_time_makes_complete_parts(stream: Stream, tmp_path: Path) -
         [*CLI, "record", *stream.endpoints, "-o", path, "--rotate-time", "1", "--duration", "3.6"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 0, err
     parts = [path] + [str(tmp_path / f"run.{i}.mcap") for i in range(1, 4)]
     assert all(os.path.exists(p) for p in parts[:3]), sorted(os.listdir(tmp_path))
@@ -331,7 +334,7 @@ def test_rotation_by_time_makes_complete_parts(stream: Stream, tmp_path: Path) -
 def test_a_full_disk_is_one_line_not_a_traceback(stream: Stream) -> None:
     r = subprocess.run(
         [*CLI, "record", *stream.endpoints, "-o", "/dev/full", "--force", "--duration", "3"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert r.returncode == 1
     assert "Traceback" not in r.stderr

@@ -36,6 +36,7 @@ from eagle3_top.tracer.schema import (
     probe_body,
 )
 from mcap.writer import Writer
+from patience import HANG_GUARD_S
 from test_recording import chunk_offsets, hello, step, write_chunks
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
@@ -45,7 +46,7 @@ GARBAGE = b"\xc1 not msgpack"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def one_line(out: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
@@ -492,7 +493,7 @@ def test_dump_into_a_closed_pipe_stops_quietly(tmp_path: Path) -> None:
     head = [proc.stdout.readline() for _ in range(2)]
     proc.stdout.close()  # what `| head -n 2` does
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 0
+    assert proc.wait(timeout=HANG_GUARD_S) == 0
     assert err == "" and [json.loads(h)["seq"] for h in head] == [0, 1]
 
 

@@ -11,7 +11,7 @@ from itertools import groupby
 from pathlib import Path
 
 import pytest
-from conftest import PATIENCE_S, screen_text, wait_until
+from conftest import HANG_GUARD_S, PATIENCE_S, screen_text, wait_until
 from eagle3_top.tracer.analysis.evidence import EvidenceBook
 from eagle3_top.tracer.reader.ledger import FrameLedger
 from eagle3_top.tracer.reader.recording import read_recording
@@ -193,7 +193,7 @@ def test_a_seek_back_rebuilds_the_book_as_it_stood_then(session: tuple[str, int]
         full = figures(feed.book)
         for at in (6.0, 2.5, 15.0, 6.0):  # acceptance fell at 10 s: at 6 s it was still high
             tl.seek_time(at)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + PATIENCE_S
             while not feed.caught_up():
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
@@ -272,7 +272,7 @@ async def test_player_keys_move_the_scrubber(session: tuple[str, int]) -> None:
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_replay_refuses_bad_input_in_one_line(session: tuple[str, int], tmp_path: Path) -> None:
@@ -380,14 +380,14 @@ def test_replay_shows_what_the_live_monitor_showed(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        live_check, _ = check.communicate(timeout=90)
-        deadline = time.monotonic() + 60
+        live_check, _ = check.communicate(timeout=HANG_GUARD_S)
+        deadline = time.monotonic() + PATIENCE_S
         while not feed.snapshot().sources or feed.snapshot().sources[0].steps < 300:
             assert time.monotonic() < deadline, "the engine did not step"
             time.sleep(0.1)
     finally:
         engine.terminate()
-        engine.wait(timeout=20)
+        engine.wait(timeout=HANG_GUARD_S)
     time.sleep(1.0)  # its last frames, the goodbye among them
     feed.stop()
     frames = list(read_recording(path))
@@ -398,7 +398,7 @@ def test_replay_shows_what_the_live_monitor_showed(tmp_path: Path) -> None:
     for speed in (100.0, None):
         replay = ReplayFeed(Timeline(path, speed=speed)).start()
         try:
-            wait_at_end(replay, timeout=60)
+            wait_at_end(replay)
             assert shown(replay.snapshot()) == live, speed
         finally:
             replay.stop()
@@ -483,11 +483,11 @@ def test_follow_keeps_up_with_a_file_being_written(tmp_path: Path) -> None:
 
     try:
         threading.Thread(target=write, daemon=True).start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while not (snap := feed.snapshot()).sources or snap.sources[0].steps < 300:
             assert time.monotonic() < deadline, feed.position()
             time.sleep(0.05)
-        assert done.wait(10)
+        assert done.wait(PATIENCE_S)
         pos = feed.position()
         assert pos.follow and pos.total == pos.delivered == 301
         assert figures(feed.book) == figures(book_of(path))
@@ -514,7 +514,7 @@ def test_the_shipped_sample_shows_the_motivating_bug() -> None:
 
     feed = ReplayFeed(Timeline(sample, speed=None), manifest=load_manifest(manifest)).start()
     try:
-        wait_at_end(feed, timeout=30)
+        wait_at_end(feed)
         flagged = {s.key: {f.code for f in s.findings} for s in feed.snapshot().sources}
         assert "LAYER_IDS_NOT_READ" in flagged[next(iter(bad))]
         (good,) = set(flagged) - bad

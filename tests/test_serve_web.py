@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import PATIENCE_S
+from conftest import HANG_GUARD_S, PATIENCE_S
 from eagle3_top.tui.commands.parent_watch import GRACE_S, POLL_S
 from eagle3_top.tui.commands.web_server import QUIT_GRACE_S
 from headless_chromium import CHROMIUM, Chromium
@@ -118,7 +118,7 @@ async def test_browser_shows_the_monitor(
         await page.send("Page.addScriptToEvaluateOnNewDocument", source=CATCH_TERMINAL)
         await page.send("Page.navigate", url=f"http://127.0.0.1:{port}/")
         text = ""
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + PATIENCE_S
         # The replay's status line and its source's row: the monitor itself has drawn.
         while not ("eagle3-top replay session.mcap" in text and "box:7:r0" in text):
             assert time.monotonic() < deadline, f"the monitor never drew in the page:\n{text}"
@@ -150,7 +150,7 @@ async def test_browser_shows_the_monitor(
         assert len(colours) > 100, f"the {edge} is not drawn: {len(colours)} colours"
 
     # The tab is gone: its monitor goes too, and the server still runs.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     while monitors_of(proc.pid):
         assert time.monotonic() < deadline, "the monitor outlived its browser tab"
         await asyncio.sleep(0.1)
@@ -180,7 +180,7 @@ async def test_stopping_the_server_stops_its_monitors(served: tuple[subprocess.P
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(f"http://127.0.0.1:{port}/ws?width=120&height=30") as ws:
             await ws.send_json(["resize", {"width": 120, "height": 30}])
-            await ws.receive_bytes(timeout=10)  # the monitor has started drawing
+            await ws.receive_bytes(timeout=PATIENCE_S)  # the monitor has started drawing
             monitors = monitors_of(proc.pid)
             proc.send_signal(signal.SIGINT)  # Ctrl+C
             while not ws.closed:  # what the browser sees: the drawing, then the end
@@ -194,7 +194,7 @@ async def test_a_server_killed_outright_leaves_no_monitor(served: tuple[subproce
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(f"http://127.0.0.1:{port}/ws?width=120&height=30") as ws:
             await ws.send_json(["resize", {"width": 120, "height": 30}])
-            await ws.receive_bytes(timeout=10)
+            await ws.receive_bytes(timeout=PATIENCE_S)
             monitors = monitors_of(proc.pid)
             proc.kill()  # no quit for anyone
             proc.wait()
@@ -210,7 +210,7 @@ async def test_a_server_killed_outright_leaves_no_monitor(served: tuple[subproce
 
 
 def serve_web(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "serve-web", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run([*CLI, "serve-web", *args], capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_non_loopback_host_needs_public(recording: str) -> None:

@@ -26,6 +26,7 @@ from eagle3_top.hooks.sglang.matrix import compact
 from eagle3_top.tracer.engines.base import parse_version, version_text
 from eagle3_top.tracer.engines.sglang import defects
 from eagle3_top.tracer.engines.sglang.capture import captured_native, family_of
+from patience import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = version_text((parse_version(importlib.metadata.version("sglang")) or (0,))[:3])
@@ -37,7 +38,7 @@ def observed_now() -> list[dict[str, Any]]:
     out = subprocess.run(
         [sys.executable, "-m", "eagle3_top.hooks.sglang.observe", "--matrix", "--config-dir",
          str(ROOT / "tests" / "data" / "published")],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True, text=True, env=env, timeout=HANG_GUARD_S,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-4000:]
     rows: list[dict[str, Any]] = json.loads(out.stdout)

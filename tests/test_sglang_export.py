@@ -17,6 +17,7 @@ if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_cpu  # noqa: E402
+from patience import HANG_GUARD_S
 from sglang_objects import server_args, sglang_models  # noqa: E402
 
 SPEC = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
@@ -99,7 +100,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "export", "--out", str(out), "--models-only"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_GUARD_S,
     )
     assert r.returncode == 0, r.stderr
     return sglang_cpu.run_child("test_sglang_export", "child_export", env={"E3T_EXPORT_DIR": str(out)})

@@ -20,6 +20,7 @@ if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_cpu  # noqa: E402
+from patience import HANG_GUARD_S
 from sglang_objects import server_args, sglang_effective, sglang_models  # noqa: E402
 
 CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1}
@@ -78,7 +79,7 @@ def child_sglang() -> dict[str, Any]:
 def exported(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("export") / "pair"
     cmd = [sys.executable, "-m", "eagle3_top.tui.cli", "toy", "export", "--out", str(out), "--models-only"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stderr
     return str(out)
 
@@ -91,7 +92,7 @@ def run_preflight(
             *(() if observe else ("--from-table",))]  # fmt: skip
     for k, v in spec.items():
         argv += ["--" + k.replace("_", "-"), str(v)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def predicted(pair: str, draft: str, spec: dict[str, int]) -> dict[str, Any]:
@@ -249,11 +250,11 @@ def test_a_target_the_table_has_not_seen_is_run_not_passed(tmp_path: Any) -> Non
     (d / "config.json").write_text(json.dumps(draft))
     argv = [sys.executable, "-m", "eagle3_top.tui.cli", "preflight", "--json", "--model-path", str(t),
             "--speculative-draft-model-path", str(d), "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]  # fmt: skip
-    r = subprocess.run([*argv, "--from-table"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([*argv, "--from-table"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     out = json.loads(r.stdout)
     assert r.returncode == 0 and [f["code"] for f in out["findings"]] == ["ENGINE_DEFECTS_UNKNOWN"]
     assert out["findings"][0]["severity"] == "info"
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_S)
     out = json.loads(r.stdout)
     assert out["observed"] is not None, (out["notes"], r.stderr[-2000:])
     if tuple(int(p) for p in VERSION.split(".")[:3]) < (0, 5, 22):  # Llama's embedding-slot crash

@@ -16,6 +16,7 @@ if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_cpu  # noqa: E402
+from patience import HANG_GUARD_S
 from sglang_objects import LAYER_CASES, build, eagle_worker, linger, server_args, write_models  # noqa: E402
 
 # -- child side (runs with the stand-ins installed) --------------------------------------------------
@@ -137,11 +138,11 @@ def _run_two_ranks(all_ranks: bool, child: str = "child_rank") -> dict[str, Any]
     )
     procs = [sglang_cpu.start_child("test_sglang_ranks", child, env={**env, **o}) for o in own]
     events: list[Any] = []
-    deadline = time.monotonic() + 200
+    deadline = time.monotonic() + HANG_GUARD_S
     try:
         while time.monotonic() < deadline and any(p.running() for p in procs):
             events += sub.poll(100)
-        children = [sglang_cpu.child_result(p.finish(timeout=30)) for p in procs]
+        children = [sglang_cpu.child_result(p.finish()) for p in procs]
     finally:
         for p in procs:
             if p.running():

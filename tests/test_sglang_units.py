@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import collect, wait_connected
+from conftest import HANG_GUARD_S, collect, wait_connected
 from eagle3_top.hooks.adapter import endpoint_for_rank
 from eagle3_top.hooks.sglang.launch import split_own_args
 from eagle3_top.hooks.sglang.plugin import version_problem
@@ -24,7 +24,7 @@ def test_adapter_modules_import_without_sglang() -> None:
         "p.register()\n"
         "assert 'sglang' not in sys.modules, 'register() without EAGLE3_TOP_PUBLISH must not import sglang'\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=HANG_GUARD_S)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_cpu  # noqa: E402
+from patience import PATIENCE_S
 from sglang_objects import HIDDEN, LAYER_CASES, build, eagle_worker, server_args, verify_objects, write_models  # noqa: E402
 
 # -- child side (runs with the stand-ins installed) --------------------------------------------------
@@ -66,7 +67,7 @@ def child_verify() -> dict[str, Any]:
     tracer = plugin.tracer_for_worker(worker)  # binds, publishes the hello
     assert tracer is not None, plugin._state["off"].reason
     # wait until the subscription is live (a health event arrives), then re-send the hello
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + PATIENCE_S
     seen: list[Any] = []
     while time.monotonic() < deadline and not any(e.kind == "health" for e in seen):
         seen += sub.poll(200)
@@ -136,7 +137,7 @@ def child_verify() -> dict[str, Any]:
         )
 
     events: list[Any] = []
-    deadline = time.monotonic() + 8
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline:
         events += sub.poll(200)
         kinds = [e.kind for e in events]

@@ -59,16 +59,14 @@ def test_screen(snap_compare, screen: str, size: tuple[int, int]) -> None:
     app = demo_app()
 
     async def to_the_end(pilot) -> None:
-        await wait_until(pilot, lambda: "■ end" in screen_text(app), timeout=20, what="the end")
-        await wait_until(pilot, lambda: "error" in screen_text(app), timeout=20, what="the findings")
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end")
+        await wait_until(pilot, lambda: "error" in screen_text(app), what="the findings")
         keys, drawn = SCREENS[screen]
         for key in keys:
             await pilot.press(key)
             await pilot.pause(0.1)
         wanted = (drawn,) if isinstance(drawn, str) else drawn
-        await wait_until(
-            pilot, lambda: all(w in screen_text(app) for w in wanted), timeout=20, what=" and ".join(wanted)
-        )
+        await wait_until(pilot, lambda: all(w in screen_text(app) for w in wanted), what=" and ".join(wanted))
         await wait_still(pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=to_the_end)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from conftest import poll_until
+from conftest import HANG_GUARD_S, poll_until
 from eagle3_top.tracer.reader.recording import RecordingWriter, read_recording
 from eagle3_top.tracer.schema import HELLO, STEP, decode, encode, step_body
 from stream_samples import hello, step
@@ -29,7 +29,7 @@ SRC = "gpu-a:7:r0"
 JUMPS = [0, 1, 2**63 - 1, 2**53, 2**53 + 1]
 
 
-def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(*args: str, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
     )
@@ -64,7 +64,7 @@ def test_a_seq_that_jumps_is_counted_as_resyncs_not_as_loss_everywhere(
         poll_until(recorded, "the recorder to write the frames sent")
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 0, err
     # record's own report at stop
     assert "0 missed" in err and "9007199254740992" not in err
@@ -296,7 +296,7 @@ async def test_the_monitor_keeps_the_engine_and_says_what_it_forgot(tmp_path: Pa
     flooded_recording(path, steps=20, flood_per_step=400)
     app = ReplayApp(Timeline(path, speed=None), refresh_hz=20)
     async with app.run_test(size=(200, 40)) as pilot:
-        await wait_until(pilot, lambda: "■ end" in screen_text(app), timeout=60, what="the end of the replay")
+        await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
         await wait_until(
             pilot, lambda: "never sent a hello and steps" in screen_text(app), what="the evictions by kind"
         )

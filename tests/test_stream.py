@@ -8,7 +8,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from conftest import collect, wait_connected
+from conftest import PATIENCE_S, collect, wait_connected
 from eagle3_top.tracer.reader.subscriber import Subscriber
 from eagle3_top.tracer.schema import (
     HEALTH,
@@ -150,7 +150,7 @@ def test_endpoint_down_then_back() -> None:
     endpoint = probe.getsockopt_string(zmq.LAST_ENDPOINT)
     probe.close(0)
     sub = Subscriber([endpoint])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline and "down" not in sub.endpoints[endpoint]:
         sub.poll(50)
     assert "down" in sub.endpoints[endpoint]

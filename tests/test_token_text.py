@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import screen_text, wait_until
+from conftest import HANG_GUARD_S, screen_text, wait_until
 from eagle3_top.tracer.reader.recording import RecordingWriter
 from eagle3_top.tracer.reader.replay import Timeline
 from eagle3_top.tracer.schema import HELLO, STEP, Hello, encode, step_body
@@ -143,7 +143,7 @@ def test_loading_failures_are_one_line(tmp_path: Path, monkeypatch: pytest.Monke
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
 
 
 def test_a_bad_tokenizer_path_exits_2_with_one_line(tmp_path: Path) -> None:

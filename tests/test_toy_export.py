@@ -18,6 +18,7 @@ if importlib.util.find_spec("torch") is None:
     pytest.skip("the built-in engine needs torch", allow_module_level=True)
 
 import torch
+from patience import HANG_GUARD_S
 
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 DRAFTS = ["draft", "draft-ids-not-read", "draft-no-embed", "draft-no-embed-ids-not-read", "draft-vllm",
@@ -27,7 +28,10 @@ STOP = 8  # <unk>
 
 def export(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, "toy", "export", "--out", str(out), *extra], capture_output=True, text=True, timeout=300
+        [*CLI, "toy", "export", "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import PATIENCE_S
+from conftest import HANG_GUARD_S, PATIENCE_S
 from toy_process import CLI, Toy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,10 +124,10 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 stdout=subprocess.DEVNULL,
             ))  # fmt: skip
         t0 = time.monotonic()
-        assert [c.wait(timeout=120) for c in clients] == [0, 0]
+        assert [c.wait(timeout=HANG_GUARD_S) for c in clients] == [0, 0]
         print(f"workload served in {time.monotonic() - t0:.1f} s")
         merge_clients(w, parts)
-        out, err = check.communicate(timeout=120)
+        out, err = check.communicate(timeout=HANG_GUARD_S)
         (w / "check_DP.json").write_text(out)
         (w / "check_DP.rc").write_text(f"{check.returncode}\n")
         once.terminate()  # prints what it heard, as ping does
@@ -136,14 +136,14 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for tag in tags:
             (w / f"stop_{tag}").touch()
         for p in procs[1:]:
-            p.wait(timeout=30)
+            p.wait(timeout=HANG_GUARD_S)
         (w / "ready.txt").write_text("DP ready=1 after 0 s\n")
         return w
     finally:
         for p in procs:
             if p.poll() is None:
                 p.terminate()
-                p.wait(timeout=10)
+                p.wait(timeout=HANG_GUARD_S)
         for t in reps:
             t.stop()
 

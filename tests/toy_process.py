@@ -9,6 +9,8 @@ import threading
 import time
 import urllib.request
 
+from patience import HANG_GUARD_S
+
 CLI = [sys.executable, "-m", "eagle3_top.tui.cli"]
 
 
@@ -34,7 +36,7 @@ class Toy:
             if "serving /generate on " in line:
                 self.url = line.split("serving /generate on ", 1)[1].strip()
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = HANG_GUARD_S) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "\n".join(self.lines)
