@@ -248,9 +248,17 @@ def eagle_worker(sa: Any, runner: Any, draft_runner: Any) -> Any:
 
 
 def linger(tracer: Any) -> None:
-    """Stay up E3T_TEST_LINGER seconds, so the parent's subscriber reads what was sent; then close."""
+    """Say so (create E3T_TEST_READY), then stay up until the parent has read what it needs (it
+    creates E3T_TEST_RELEASE); then close. A wait on the parent, not a fixed time: a loaded box
+    took longer than any fixed time to deliver a hello."""
     import time
 
-    time.sleep(float(os.environ.get("E3T_TEST_LINGER", "5")))
+    from patience import HANG_GUARD_S
+
+    with open(os.environ["E3T_TEST_READY"], "w"):
+        pass
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not os.path.exists(os.environ["E3T_TEST_RELEASE"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
     if tracer is not None:
         tracer.publisher.close()

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import socket
 import sys
+import tempfile
+import time
 from typing import Any
 
 import pytest
@@ -16,7 +19,7 @@ if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_cpu  # noqa: E402
-from patience import HANG_GUARD_S
+from patience import PATIENCE_S  # noqa: E402
 from sglang_objects import LAYER_CASES, build, eagle_worker, linger, server_args, write_models  # noqa: E402
 
 # -- child side (runs with the stand-ins installed) --------------------------------------------------
@@ -25,8 +28,7 @@ from sglang_objects import LAYER_CASES, build, eagle_worker, linger, server_args
 def child_rank() -> dict[str, Any]:
     """One tensor-parallel rank of a real two-process gloo world (E3T_TEST_RANK): SGLang's own rank
     functions say which rank this process is, and our plugin decides whether, and where, it
-    publishes. Stays up E3T_TEST_LINGER seconds so the parent's subscriber reads what it sent."""
-    import tempfile
+    publishes. Stays up until the parent has read what it sent (``linger``)."""
 
     from eagle3_top.hooks.sglang import plugin
 
@@ -56,7 +58,6 @@ def child_dp_replica() -> dict[str, Any]:
     parallel context; 0.5.17: an argument of ``Scheduler.__init__``), and our scheduler-init hook
     runs around an ``__init__`` with SGLang's real signature."""
     import inspect
-    import tempfile
 
     from eagle3_top.hooks.sglang import plugin
     from sglang.srt.managers.scheduler import Scheduler
@@ -121,33 +122,55 @@ def _free_port_pair() -> int:
 def _run_two_ranks(all_ranks: bool, child: str = "child_rank") -> dict[str, Any]:
     """Two scheduler-like processes (``child``: TP ranks 0 and 1 of one world, or
     ``child_dp_replica``: DP replicas 0 and 1, a world each) and a subscriber on ports p and p + 1."""
-    import time
-
     from eagle3_top.hooks.adapter import endpoint_for_rank
     from eagle3_top.tracer.reader.subscriber import Subscriber
 
     endpoint = f"tcp://127.0.0.1:{_free_port_pair()}"
-    env = {"EAGLE3_TOP_PUBLISH": endpoint, "MASTER_PORT": str(sglang_cpu.free_port()), "E3T_TEST_LINGER": "5"}
+    env = {"EAGLE3_TOP_PUBLISH": endpoint, "MASTER_PORT": str(sglang_cpu.free_port())}
     if all_ranks:
         env["EAGLE3_TOP_ALL_RANKS"] = "1"
+    # the sources that must be heard: both ranks, or rank 0 alone (rank 1 reports itself quiet)
+    expected = {"r0", "r1"} if all_ranks or child == "child_dp_replica" else {"r0"}
     sub = Subscriber([endpoint, endpoint_for_rank(endpoint, 1)])
     own = (
         [{"E3T_TEST_RANK": str(r)} for r in (0, 1)]
         if child == "child_rank"
         else [{"E3T_TEST_DP_RANK": str(r), "MASTER_PORT": str(sglang_cpu.free_port())} for r in (0, 1)]
     )
-    procs = [sglang_cpu.start_child("test_sglang_ranks", child, env={**env, **o}) for o in own]
+    meet = tempfile.mkdtemp(prefix="e3t-ranks-")
+    ready = [os.path.join(meet, f"ready{i}") for i in range(len(own))]
+    release = os.path.join(meet, "release")
+    procs = [
+        sglang_cpu.start_child(
+            "test_sglang_ranks", child, env={**env, **o, "E3T_TEST_READY": r, "E3T_TEST_RELEASE": release}
+        )
+        for o, r in zip(own, ready, strict=True)
+    ]
     events: list[Any] = []
-    deadline = time.monotonic() + HANG_GUARD_S
+
+    def heard() -> set[str]:
+        return {e.src.rsplit(":", 1)[1] for e in events if e.kind == "hello"}
+
     try:
-        while time.monotonic() < deadline and any(p.running() for p in procs):
+        # until every expected source is heard; a source that never speaks gets PATIENCE_S once all
+        # children are up, and the test then says which one is missing
+        all_ready_at = None
+        while any(p.running() for p in procs) and not expected <= heard():
             events += sub.poll(100)
+            if all_ready_at is None and all(os.path.exists(r) for r in ready):
+                all_ready_at = time.monotonic()
+            if all_ready_at is not None and time.monotonic() - all_ready_at > PATIENCE_S:
+                break
+        with open(release, "w"):
+            pass
         children = [sglang_cpu.child_result(p.finish()) for p in procs]
+        events += sub.poll(0)
     finally:
         for p in procs:
             if p.running():
                 p.proc.kill()
         sub.close()
+        shutil.rmtree(meet, ignore_errors=True)
     hellos = {e.src: e.body for e in events if e.kind == "hello"}
     return {"endpoint": endpoint, "children": children, "hellos": hellos}
 
