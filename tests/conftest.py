@@ -17,7 +17,7 @@ from patience import HANG_GUARD_S, PATIENCE_S  # noqa: F401  (the tests import t
 # running alone at the end with a core idle (``make test`` lost about a minute to that tail). Only
 # the order changes: a module missing here runs later, no slower.
 SLOW_FIRST = (
-    "test_sglang_preflight", "test_sglang_defects", "test_sglang_ranks", "test_check_toy",
+    "test_sglang_preflight", "test_sglang_defects", "test_sglang_published", "test_sglang_ranks", "test_check_toy",
     "test_check_verdict", "test_snapshots", "test_demo", "test_source_book", "test_hostile_stream",
     "test_toy_export", "test_e2e_tmux", "test_preflight", "test_probe", "test_replay",
     "test_serve_web", "test_recording", "test_sglang_wiring", "test_tp_dp_rehearsal",
