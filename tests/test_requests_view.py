@@ -3,6 +3,8 @@ server whose requests come and go (tests/stream_samples.py churn_step)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import screen_text, wait_still, wait_until
 from eagle3_top.tracer.reader.replay import Timeline
@@ -22,6 +24,23 @@ def churn(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path
 
 
+async def _open_requests(pilot: Any, app: ReplayApp) -> None:
+    """``enter`` on the main view, then wait until the requests view is the screen and has rows: a
+    key sent before then reaches the main view (``/`` opened its source picker)."""
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, RequestsScreen) and _rows(app), what="rows")
+
+
+async def _filter(pilot: Any, app: ReplayApp, text: str) -> None:
+    """``/``, then the text once the filter box has the focus: keys typed before it has are the
+    view's own (``q`` leaves it)."""
+    await pilot.press("slash")
+    await wait_until(
+        pilot, lambda: app.focused is getattr(app.screen, "filter_input", None), what="the filter box"
+    )
+    await pilot.press(*text, "enter")
+
+
 def _rows(app: ReplayApp) -> list[list[str]]:
     """The requests table as a user reads it: rid first, one list per row."""
     return [
@@ -35,8 +54,7 @@ async def test_enter_on_a_source_lists_its_requests_and_their_figures(churn: str
     app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
     async with app.run_test(size=(120, 34)) as pilot:
         await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, RequestsScreen) and _rows(app), what="rows")
+        await _open_requests(pilot, app)
         running = set(churn_rids(LAST))
         text = screen_text(app)
         assert f"{len(running)} running" in text
@@ -60,13 +78,12 @@ async def test_sort_and_filter(churn: str) -> None:
     app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: _rows(app), what="rows")
+        await _open_requests(pilot, app)
         await pilot.press("s")  # tokens generated, most first
         await wait_until(pilot, lambda: "tokens generated" in screen_text(app), what="sorted by tokens")
         tokens = [int(r[2]) for r in _rows(app)]
         assert tokens == sorted(tokens, reverse=True) and tokens[0] == 3 * LIFE
-        await pilot.press("slash", *"req2", "enter")
+        await _filter(pilot, app, "req2")
         await wait_until(pilot, lambda: "'req2'" in screen_text(app), what="the filter")
         rids = [r[0] for r in _rows(app)]
         assert rids and all("req2" in r for r in rids)
@@ -80,8 +97,7 @@ async def test_a_request_timeline_shows_each_step_and_its_drafts(churn: str) -> 
     app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: _rows(app), what="rows")
+        await _open_requests(pilot, app)
         rids = [r[0] for r in _rows(app)]
         target = next(r for r in rids if r not in churn_rids(LAST))  # a finished one
         await pilot.press(*["down"] * rids.index(target), "enter")
@@ -149,8 +165,7 @@ async def test_the_cursor_keeps_its_request_and_the_top_shows_the_running_ones(c
     async with app.run_test(size=(100, 20)) as pilot:
         await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
         app.timeline.seek_fraction(0.3)
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, RequestsScreen) and _rows(app), what="rows")
+        await _open_requests(pilot, app)
 
         def running_on_top() -> bool:
             states = [r[1] for r in _rows(app)]
@@ -189,9 +204,8 @@ async def test_a_timeline_with_no_steps_left_says_so_instead_of_drawing_a_block(
     app = ReplayApp(Timeline(churn, speed=None), refresh_hz=20)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: "■ end" in screen_text(app), what="the end of the replay")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: _rows(app), what="rows")
-        await pilot.press("slash", *"req0", "enter")
+        await _open_requests(pilot, app)
+        await _filter(pilot, app, "req0")
         await wait_until(pilot, lambda: [r[0] for r in _rows(app)] == ["req0"], what="req0 alone")
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, TimelineScreen), what="the timeline")
