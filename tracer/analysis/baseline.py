@@ -6,7 +6,7 @@ one committed token per request). The rate is the tokens of those steps over the
 the server stamped on them: the steps after the first one, over first to last (the first step's
 tokens were made before the span began). The server's own stamps, not the receive times: a receiver
 that fell behind takes many steps in one batch under one receive time, and a loaded recorder made
-the rate 6 % off that way. A stamp past any clock (over 10^299 s) falls back to the receive time. Steps
+the rate 6 - 8 % off that way. A stamp past any clock (over 10^299 s) falls back to the receive time. Steps
 of any other width are speculative and not counted.
 
 Several sources count together only as ranks of one server (one host, distinct ranks), summed over

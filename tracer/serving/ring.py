@@ -48,9 +48,14 @@ _U64 = struct.Struct("<Q")
 _F64 = struct.Struct("<d")
 
 
+def _nbytes(part: Any) -> int:
+    """A part's bytes (a memoryview counts its bytes, not its items)."""
+    return part.nbytes if isinstance(part, memoryview) else len(part)
+
+
 def payload_size(parts: Sequence[Any]) -> int:
-    """The bytes of ``parts`` laid end to end (a memoryview counts its bytes, not its items)."""
-    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    """The bytes of ``parts`` laid end to end."""
+    return sum(map(_nbytes, parts))
 
 
 class RingError(RuntimeError):
@@ -193,7 +198,7 @@ class Ring:
 
         def fill(buf: Any, base: int, at: int) -> None:
             for p in parts:
-                n = p.nbytes if isinstance(p, memoryview) else len(p)
+                n = _nbytes(p)
                 buf[at : at + n] = p
                 at += n
 
